@@ -1,0 +1,11 @@
+"""lagctl: the on-call command line."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+@click.version_option(package_name="lagd")
+def main() -> None:
+    """lagctl: inspect and operate lagd and its replica."""

@@ -1,0 +1,42 @@
+"""Relay-log files -> lagd's own event types.
+
+This package is the only place that knows the binary-log format and the only
+one that imports pymysqlreplication (as the reference decoder, in ``_pmr``).
+"""
+
+from lagd.relaylog.decoder import EventDecoder, ReaderStats
+from lagd.relaylog.errors import (
+    EncryptedRelayLogError,
+    NotALogFileError,
+    RelayLogAccessError,
+    RelayLogError,
+    RelayLogPurgedError,
+)
+from lagd.relaylog.events import (
+    Column,
+    CorruptEvent,
+    Ddl,
+    Event,
+    Gtid,
+    Index,
+    LoadData,
+    RowChange,
+    RowKind,
+    RowsQuery,
+    Statement,
+    TableInfo,
+    TransactionEnd,
+    TransactionStart,
+)
+from lagd.relaylog.position import Position, RelayPosition
+from lagd.relaylog.reader import LogFiles, RelayLogReader, Resynced, read_log_files
+from lagd.relaylog.schema import InformationSchemaResolver, SchemaResolver, TableMapResolver
+
+__all__ = [
+    "Column", "CorruptEvent", "Ddl", "EncryptedRelayLogError", "Event", "EventDecoder", "Gtid",
+    "Index", "InformationSchemaResolver", "LoadData", "LogFiles", "NotALogFileError", "Position",
+    "ReaderStats", "RelayLogAccessError", "RelayLogError", "RelayLogPurgedError",
+    "RelayLogReader", "RelayPosition", "Resynced", "RowChange", "RowKind", "RowsQuery",
+    "SchemaResolver", "Statement", "TableInfo", "TableMapResolver", "TransactionEnd",
+    "TransactionStart", "read_log_files",
+]

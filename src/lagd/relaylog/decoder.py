@@ -1,0 +1,702 @@
+"""Raw binary-log events -> lagd events.
+
+``EventDecoder`` is the state machine one log stream needs: the checksum and
+post-header lengths of the format-description event in force (a relay log
+holds the replica's own and the source's), the table maps of the current
+transaction, the transaction being read, and LOAD DATA blocks in flight.
+
+It works on a bytes buffer at an offset and returns how far it got, so the
+file layer can feed it chunks and keep the partial event at the tail.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import zstandard
+
+from lagd.relaylog import _wire as w
+from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder
+from lagd.relaylog._tablemap import TableMap, parse_table_map
+from lagd.relaylog.errors import EncryptedRelayLogError
+from lagd.relaylog.events import (
+    CorruptEvent,
+    Ddl,
+    Event,
+    Gtid,
+    LoadData,
+    RowChange,
+    RowKind,
+    RowsQuery,
+    Statement,
+    TableInfo,
+    TransactionEnd,
+    TransactionStart,
+)
+from lagd.relaylog.schema import SchemaResolver
+
+log = logging.getLogger("lagd.relaylog")
+
+# An event larger than this is taken as a corrupt header: MySQL caps events
+# at max_allowed_packet (1 GiB) plus a little framing.
+MAX_EVENT_SIZE = (1 << 30) + (1 << 20)
+
+_ROWS_KIND = {
+    w.WRITE_ROWS_EVENT_V1: (RowKind.INSERT, False),
+    w.UPDATE_ROWS_EVENT_V1: (RowKind.UPDATE, False),
+    w.DELETE_ROWS_EVENT_V1: (RowKind.DELETE, False),
+    w.WRITE_ROWS_EVENT_V2: (RowKind.INSERT, True),
+    w.UPDATE_ROWS_EVENT_V2: (RowKind.UPDATE, True),
+    w.DELETE_ROWS_EVENT_V2: (RowKind.DELETE, True),
+    w.PARTIAL_UPDATE_ROWS_EVENT: (RowKind.UPDATE, True),
+}
+_START_TYPES = frozenset(
+    {w.GTID_LOG_EVENT, w.ANONYMOUS_GTID_LOG_EVENT, w.GTID_TAGGED_LOG_EVENT, w.MARIA_GTID_EVENT}
+)
+# Events that carry nothing a probe, the lag maths or the advisor use.
+_IGNORED = frozenset({
+    w.STOP_EVENT, w.INTVAR_EVENT, w.RAND_EVENT, w.USER_VAR_EVENT, w.HEARTBEAT_LOG_EVENT,
+    w.HEARTBEAT_LOG_EVENT_V2, w.IGNORABLE_LOG_EVENT, w.PREVIOUS_GTIDS_LOG_EVENT,
+    w.TRANSACTION_CONTEXT_EVENT, w.VIEW_CHANGE_EVENT, w.MARIA_BINLOG_CHECKPOINT_EVENT,
+    w.MARIA_GTID_LIST_EVENT, w.DELETE_FILE_EVENT, w.INCIDENT_EVENT, w.START_EVENT_V3,
+})
+# Post-header lengths before any FDE says otherwise (binlog v4 defaults).
+_DEFAULT_POST_HEADER = {w.QUERY_EVENT: 13, w.ROTATE_EVENT: 8, w.TABLE_MAP_EVENT: 8,
+                        w.EXECUTE_LOAD_QUERY_EVENT: 26, w.BEGIN_LOAD_QUERY_EVENT: 4,
+                        w.APPEND_BLOCK_EVENT: 4}
+
+_KEYWORD = re.compile(rb"^(?:\s+|/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)*([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.S)
+_DML = frozenset({b"INSERT", b"UPDATE", b"DELETE", b"REPLACE", b"LOAD", b"CALL", b"DO", b"WITH"})
+_SCHEMA_CHANGING = frozenset({b"ALTER", b"CREATE", b"DROP", b"RENAME", b"TRUNCATE"})
+_DDL_TABLES = re.compile(
+    r"\b(?:TABLE|TABLES)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?((?:`[^`]+`|\w+)(?:\.(?:`[^`]+`|\w+))?"
+    r"(?:\s*(?:,|\bTO\b)\s*(?:`[^`]+`|\w+)(?:\.(?:`[^`]+`|\w+))?)*)",
+    re.I,
+)
+_IDENT = re.compile(r"(`[^`]+`|\w+)(?:\.(`[^`]+`|\w+))?")
+
+
+@dataclass(slots=True)
+class ReaderStats:
+    """Counters the reader keeps; the daemon snapshots them for metrics."""
+
+    events: int = 0
+    bytes: int = 0
+    transactions: int = 0
+    row_changes: int = 0
+    rows_unprobeable: int = 0
+    corrupt_events: int = 0
+    skipped_events: int = 0  # dropped while finding the next transaction after corruption
+    unknown_events: dict[int, int] = field(default_factory=dict)
+    unsupported_events: dict[str, int] = field(default_factory=dict)
+    table_definitions: int = 0
+    files: int = 0
+    resyncs: int = 0
+
+
+class _TableDecoder:
+    """Decodes the rows of one table definition (one table-map body)."""
+
+    __slots__ = ("info", "tm", "_images")
+
+    def __init__(self, tm: TableMap, info: TableInfo) -> None:
+        self.tm = tm
+        self.info = info
+        self._images: dict[bytes, ImageDecoder] = {}
+
+    def image(self, present: bytes) -> ImageDecoder:
+        dec = self._images.get(present)
+        if dec is None:
+            bits = int.from_bytes(present, "little")
+            cols = tuple(i for i in range(self.tm.column_count) if bits & (1 << i))
+            dec = compile_image_decoder(self.tm, self.info, cols)
+            self._images[present] = dec
+        return dec
+
+
+def _new_row(table: TableInfo, kind: RowKind, before: Any, after: Any) -> RowChange:
+    return RowChange(table, kind, before, after)
+
+
+class EventDecoder:
+    """Turns raw events into lagd events; see the module docstring."""
+
+    def __init__(
+        self,
+        resolver: SchemaResolver,
+        stats: ReaderStats | None = None,
+        verify_checksums: bool = True,
+    ) -> None:
+        self.resolver = resolver
+        self.stats = stats or ReaderStats()
+        self.verify = verify_checksums
+        self._definitions: dict[bytes, _TableDecoder] = {}
+        self._tables: dict[int, _TableDecoder] = {}
+        self._load_blocks: dict[int, list[int]] = {}
+        self._zstd = zstandard.ZstdDecompressor()
+        self.source_file: str | None = None
+        self.source_server_id: int | None = None
+        self.file = ""
+        self._reset_stream()
+        self._reset_transaction()
+
+    # ----- stream and transaction state --------------------------------
+
+    def _reset_stream(self) -> None:
+        self.crc = False
+        self.post_header: dict[int, int] = dict(_DEFAULT_POST_HEADER)
+        self.own_server_id: int | None = None
+        self.saw_foreign_fde = False
+        self.server_version = ""
+
+    def _reset_transaction(self) -> None:
+        self.in_trx = False
+        self.trx_began = False  # a BEGIN query was seen (statements do not end it)
+        self.trx_standalone = False
+        self.trx_gtid: Gtid | None = None
+        self.trx_start = 0
+        self.trx_rows = 0
+        self.trx_row_events = 0
+        self.trx_statements = 0
+        self.trx_tables: set[str] = set()
+        self.skipping = False
+        self._pinned_end: int | None = None
+
+    def start_file(self, name: str) -> None:
+        """A new log file begins: its own FDE will set the checksum mode."""
+        self.file = name
+        self._reset_stream()
+        self.stats.files += 1
+
+    def abandon_transaction(self) -> None:
+        """Forget a half-read transaction (the reader jumped elsewhere)."""
+        self._reset_transaction()
+        self._tables.clear()
+
+    def invalidate(self, tables: tuple[str, ...] | None) -> None:
+        self.resolver.invalidate(tables if tables else None)
+        if not tables:
+            self._definitions.clear()
+            return
+        names = set(tables)
+        for key, td in list(self._definitions.items()):
+            if td.info.qualified in names:
+                del self._definitions[key]
+
+    # ----- the hot loop ------------------------------------------------
+
+    def decode(self, buf: bytes, pos: int, end: int, base: int) -> tuple[list[Event], int]:
+        """Decode whole events in ``buf[pos:end]``.
+
+        ``base`` is the file offset of ``buf[0]``. Returns the events and the
+        buffer offset of the first byte not consumed (an incomplete event).
+        """
+        out: list[Event] = []
+        append = out.append
+        unpack_header = w.HEADER.unpack_from
+        stats = self.stats
+        n_events = 0
+        start_pos = pos
+        while pos + 19 <= end:
+            ts, typ, sid, size, logpos, flags = unpack_header(buf, pos)
+            nxt = pos + size
+            if size < 19 or size > MAX_EVENT_SIZE:
+                resumed = self._corrupt_header(buf, pos, end, base, out, f"event size {size}")
+                if resumed is None:
+                    pos = end
+                    break
+                pos = resumed
+                continue
+            if nxt > end:
+                break
+            n_events += 1
+            crc = self.crc
+            body_end = nxt - 4 if crc else nxt
+            try:
+                if crc and self.verify and zlib.crc32(buf[pos:body_end]) != w.U32.unpack_from(buf, body_end)[0]:
+                    if typ in (w.ROTATE_EVENT, w.FORMAT_DESCRIPTION_EVENT, w.PREVIOUS_GTIDS_LOG_EVENT):
+                        body_end = nxt  # replica-written events may not carry the source's checksum
+                    else:
+                        raise w.WireError("checksum mismatch")
+                if self.skipping and typ not in _START_TYPES and typ != w.QUERY_EVENT \
+                        and typ != w.FORMAT_DESCRIPTION_EVENT and typ != w.ROTATE_EVENT:
+                    stats.skipped_events += 1
+                elif typ in _ROWS_KIND:
+                    self._rows(buf, pos, body_end, typ, base + nxt, out)
+                elif typ == w.TABLE_MAP_EVENT:
+                    self._table_map(buf, pos, body_end)
+                elif typ == w.XID_EVENT:
+                    if self.in_trx:
+                        append(self._end(base + nxt, logpos, True, w.U64.unpack_from(buf, pos + 19)[0]))
+                elif typ in _START_TYPES:
+                    append(self._gtid(buf, pos, body_end, typ, ts, sid, size, logpos, base + pos, out))
+                elif typ == w.MARIA_ANNOTATE_ROWS_EVENT or typ == w.ROWS_QUERY_LOG_EVENT:
+                    text_at = pos + 19 + (1 if typ == w.ROWS_QUERY_LOG_EVENT else 0)
+                    append(RowsQuery(buf[text_at:body_end].decode("utf-8", "replace")))
+                elif typ == w.QUERY_EVENT or typ == w.EXECUTE_LOAD_QUERY_EVENT \
+                        or typ == w.MARIA_QUERY_COMPRESSED_EVENT:
+                    self._query(buf, pos, body_end, typ, ts, sid, size, logpos, base + pos, base + nxt, out)
+                else:
+                    self._other(buf, pos, body_end, nxt, typ, ts, sid, size, logpos, flags, base, out)
+            except EncryptedRelayLogError:
+                raise
+            except (w.WireError, struct.error, IndexError, ValueError, KeyError,
+                    UnicodeDecodeError, zstandard.ZstdError, zlib.error) as exc:
+                self._corrupt(base + pos, f"{w.EVENT_NAMES.get(typ, typ)}: {exc}", out)
+            pos = nxt
+        stats.events += n_events
+        stats.bytes += pos - start_pos
+        return out, pos
+
+    # ----- event handlers ----------------------------------------------
+
+    def _rows(self, buf: bytes, pos: int, end: int, typ: int, next_offset: int,
+              out: list[Event]) -> None:
+        kind, v2 = _ROWS_KIND[typ]
+        p = pos + 19
+        if self.post_header.get(typ, 8 if not v2 else 10) == 6:
+            table_id = w.U32.unpack_from(buf, p)[0]
+            p += 4
+        else:
+            table_id = w.U32.unpack_from(buf, p)[0] | (buf[p + 4] << 32) | (buf[p + 5] << 40)
+            p += 6
+        rflags = buf[p] | (buf[p + 1] << 8)
+        p += 2
+        if v2:
+            p += buf[p] | (buf[p + 1] << 8)  # extra data, its own 2-byte length included
+        ncols, p = w.packed_int(buf, p)
+        nb = (ncols + 7) // 8
+        present = buf[p : p + nb]
+        p += nb
+        td = self._tables.get(table_id)
+        if kind is RowKind.UPDATE:
+            present2 = buf[p : p + nb]
+            p += nb
+        if td is None:
+            raise w.WireError(f"row event for table id {table_id} without a table map")
+        self.trx_row_events += 1
+        if rflags & 1:  # STMT_END_F
+            self.trx_statements += 1
+        self.trx_tables.add(td.info.qualified)
+        info = td.info
+        before_dec = td.image(present)
+        n = 0
+        if typ == w.PARTIAL_UPDATE_ROWS_EVENT:
+            # The after image holds JSON diffs in a different layout; the
+            # before image still gives the key, which is what probes need.
+            self.stats.unsupported_events["partial_update_after_image"] = \
+                self.stats.unsupported_events.get("partial_update_after_image", 0) + 1
+            before, p = before_dec(buf, p)
+            out.append(_new_row(info, kind, before, None))
+            n = 1
+            p = end
+        elif kind is RowKind.UPDATE:
+            after_dec = td.image(present2)
+            while p < end:
+                before, p = before_dec(buf, p)
+                after, p = after_dec(buf, p)
+                out.append(_new_row(info, kind, before, after))
+                n += 1
+        elif kind is RowKind.INSERT:
+            while p < end:
+                after, p = before_dec(buf, p)
+                out.append(_new_row(info, kind, None, after))
+                n += 1
+        else:
+            while p < end:
+                before, p = before_dec(buf, p)
+                out.append(_new_row(info, kind, before, None))
+                n += 1
+        if p != end:
+            del out[len(out) - n :]
+            raise w.WireError(f"rows of {info.qualified} end at {p - pos}, the event at {end - pos}")
+        self.trx_rows += n
+        self.stats.row_changes += n
+        if info.key is None:
+            self.stats.rows_unprobeable += n
+        if self.trx_standalone and rflags & 1 and not self.trx_began:
+            out.append(self._end(next_offset, 0, True, None))
+
+    def _table_map(self, buf: bytes, pos: int, end: int) -> None:
+        body = buf[pos + 19 : end]
+        td = self._definitions.get(body)
+        if td is None:
+            tid_len = 4 if self.post_header.get(w.TABLE_MAP_EVENT, 8) == 6 else 6
+            tm = parse_table_map(body, 0, len(body), tid_len)
+            info = self.resolver.resolve(tm)
+            td = _TableDecoder(tm, info)
+            if len(self._definitions) > 10000:
+                self._definitions.clear()  # bounded: a schema with churned tables
+            self._definitions[body] = td
+            self.stats.table_definitions += 1
+        self._tables[td.tm.table_id] = td
+
+    def _gtid(
+        self, buf: bytes, pos: int, end: int, typ: int, ts: int, sid: int, size: int,
+        logpos: int, offset: int, out: list[Event],
+    ) -> TransactionStart:
+        if self.in_trx and not self.skipping:
+            self._corrupt(offset, "transaction started before the previous one ended", out)
+        self._reset_transaction()
+        p = pos + 19
+        gtid: Gtid | None = None
+        commit_us = immediate_us = None
+        trx_len = last_committed = seq_no = None
+        standalone = False
+        if typ == w.MARIA_GTID_EVENT:
+            seq, domain, gflags = struct.unpack_from("<QIB", buf, p)
+            origin = f"{domain}-{sid}"
+            gtid = Gtid(f"{origin}-{seq}", "mariadb", origin, seq)
+            standalone = bool(gflags & 1)
+        elif typ == w.GTID_TAGGED_LOG_EVENT:
+            fields = _tagged_gtid(buf, p, end)
+            uuid = _uuid(bytes(fields.get(1, b"\x00" * 16)))
+            tag = fields.get(3)
+            gno = int(fields.get(2, 0))
+            text = f"{uuid}:{tag}:{gno}" if tag else f"{uuid}:{gno}"
+            gtid = Gtid(text, "mysql", uuid, gno, str(tag) if tag else None)
+            last_committed, seq_no = fields.get(4), fields.get(5)
+            immediate_us = fields.get(6)
+            commit_us = fields.get(7, immediate_us)
+            trx_len = fields.get(8)
+        else:
+            gno = w.U64.unpack_from(buf, p + 17)[0]
+            if typ == w.GTID_LOG_EVENT:
+                uuid = _uuid(buf[p + 1 : p + 17])
+                gtid = Gtid(f"{uuid}:{gno}", "mysql", uuid, gno)
+            p += 25
+            if p < end and buf[p] == 2:  # logical clock type code
+                last_committed, seq_no = struct.unpack_from("<QQ", buf, p + 1)
+                p += 17
+                if p + 7 <= end:
+                    immediate_us = int.from_bytes(buf[p : p + 7], "little")
+                    p += 7
+                    if immediate_us & (1 << 55):
+                        immediate_us &= ~(1 << 55)
+                        commit_us = int.from_bytes(buf[p : p + 7], "little")
+                        p += 7
+                    else:
+                        commit_us = immediate_us
+                if p < end:
+                    trx_len, p = w.packed_int(buf, p)
+        self.in_trx = True
+        self.trx_gtid = gtid
+        self.trx_start = offset
+        self.trx_standalone = standalone
+        self.stats.transactions += 1
+        src_pos = logpos - size if logpos else None
+        return TransactionStart(
+            self.file, offset, self.source_file, src_pos, gtid,
+            commit_us / 1e6 if commit_us else float(ts), ts, sid, trx_len,
+            immediate_us / 1e6 if immediate_us else None, last_committed, seq_no, standalone,
+        )
+
+    def _query(
+        self, buf: bytes, pos: int, end: int, typ: int, ts: int, sid: int, size: int,
+        logpos: int, offset: int, next_offset: int, out: list[Event],
+    ) -> None:
+        p = pos + 19
+        thread_id, exec_time, db_len, _err = struct.unpack_from("<IIBH", buf, p)
+        ph = self.post_header.get(typ, 26 if typ == w.EXECUTE_LOAD_QUERY_EVENT else 13)
+        status_len = w.U16.unpack_from(buf, p + 11)[0] if ph >= 13 else 0
+        file_id = w.U32.unpack_from(buf, p + 13)[0] if typ == w.EXECUTE_LOAD_QUERY_EVENT else 0
+        p += ph + status_len
+        if p + db_len + 1 > end or buf[p + db_len] != 0:
+            raise w.WireError(
+                f"query event fields (status {status_len} bytes, schema {db_len}) overrun the event"
+            )
+        schema = buf[p : p + db_len].decode("utf-8", "replace") or None
+        p += db_len + 1
+        sql_bytes = buf[p:end]
+        if typ == w.MARIA_QUERY_COMPRESSED_EVENT:
+            sql_bytes = _maria_uncompress(sql_bytes)
+        if sql_bytes == b"BEGIN" or sql_bytes.startswith(b"XA START"):
+            if not self.in_trx or self.skipping:
+                self._reset_transaction()
+                self._start_implicit(ts, sid, size, logpos, offset, out)
+            self.trx_began = True
+            return
+        if sql_bytes == b"COMMIT":
+            if self.in_trx:
+                out.append(self._end(next_offset, logpos, True, None))
+            return
+        m = _KEYWORD.match(sql_bytes)
+        word = m.group(1).upper() if m else b""
+        second = (m.group(2) or b"").upper() if m else b""
+        if self.skipping:
+            if word not in _DML and word not in (b"ROLLBACK", b"SAVEPOINT", b"XA"):
+                # A DDL is a transaction of its own: a safe place to resume.
+                self._reset_transaction()
+            else:
+                self.stats.skipped_events += 1
+                return
+        if word == b"ROLLBACK" and second != b"TO":
+            if self.in_trx:
+                out.append(self._end(next_offset, logpos, False, None))
+            return
+        if word == b"XA":
+            if second in (b"PREPARE", b"COMMIT", b"ROLLBACK") and self.in_trx:
+                out.append(self._end(next_offset, logpos, second != b"ROLLBACK", None))
+            return
+        if word in (b"SAVEPOINT", b"ROLLBACK"):
+            return
+        implicit = not self.in_trx
+        if implicit:
+            self._start_implicit(ts, sid, size, logpos, offset, out)
+        sql = sql_bytes.decode("utf-8", "surrogateescape")
+        self.trx_statements += 1
+        if typ == w.EXECUTE_LOAD_QUERY_EVENT:
+            data_bytes, lines = self._load_blocks.pop(file_id, [0, 0])
+            out.append(LoadData(schema, sql, exec_time, ts, data_bytes, lines))
+        elif word in _DML:
+            out.append(Statement(schema, sql, exec_time, ts))
+        else:
+            tables = _ddl_tables(sql, schema) if word in _SCHEMA_CHANGING else ()
+            out.append(Ddl(schema, sql, tables, ts))
+            if word in _SCHEMA_CHANGING:
+                self.invalidate(tables or None)
+            out.append(self._end(next_offset, logpos, True, None))
+            return
+        if implicit or (self.trx_standalone and not self.trx_began):
+            out.append(self._end(next_offset, logpos, True, None))
+
+    def _start_implicit(self, ts: int, sid: int, size: int, logpos: int, offset: int,
+                        out: list[Event]) -> None:
+        """A transaction without a GTID event (MySQL 5.x, non-GTID): BEGIN or a lone statement."""
+        self.in_trx = True
+        self.trx_start = offset
+        self.stats.transactions += 1
+        out.append(TransactionStart(self.file, offset, self.source_file,
+                                    logpos - size if logpos else None, None, float(ts), ts, sid))
+
+    def _end(self, offset: int, logpos: int, committed: bool, xid: int | None) -> TransactionEnd:
+        if self._pinned_end is not None:
+            offset = self._pinned_end
+        ev = TransactionEnd(
+            self.file, offset, self.source_file, logpos or None, self.trx_gtid, committed, xid,
+            offset - self.trx_start if offset >= self.trx_start else 0, self.trx_rows,
+            self.trx_row_events, self.trx_statements, frozenset(self.trx_tables),
+        )
+        pinned = self._pinned_end
+        self._reset_transaction()
+        self._pinned_end = pinned
+        self._tables.clear()
+        return ev
+
+    def _other(
+        self, buf: bytes, pos: int, end: int, nxt: int, typ: int, ts: int, sid: int, size: int,
+        logpos: int, flags: int, base: int, out: list[Event],
+    ) -> None:
+        if typ == w.FORMAT_DESCRIPTION_EVENT:
+            self._fde(buf, pos, nxt, sid)
+        elif typ == w.ROTATE_EVENT:
+            name = buf[pos + 19 + self.post_header.get(w.ROTATE_EVENT, 8) : end]
+            if self.crc and len(name) > 4 and not name[-4:].isascii():
+                name = name[:-4]
+            # A relay log's own rotate (to the next relay file) comes from the
+            # replica's server id; only the source's name a source binlog.
+            if not (self.saw_foreign_fde and sid == self.own_server_id):
+                self.source_file = name.decode("utf-8", "replace")
+                self.source_server_id = sid
+        elif typ == w.BEGIN_LOAD_QUERY_EVENT or typ == w.APPEND_BLOCK_EVENT:
+            p = pos + 19
+            file_id = w.U32.unpack_from(buf, p)[0]
+            data = buf[p + self.post_header.get(typ, 4) : end]
+            block = self._load_blocks.setdefault(file_id, [0, 0])
+            block[0] += len(data)
+            block[1] += data.count(b"\n")
+        elif typ == w.XA_PREPARE_LOG_EVENT:
+            if self.in_trx:
+                out.append(self._end(base + nxt, logpos, True, None))
+        elif typ == w.TRANSACTION_PAYLOAD_EVENT:
+            self._payload(buf, pos, end, base + nxt, out)
+        elif typ == w.MARIA_START_ENCRYPTION_EVENT:
+            raise EncryptedRelayLogError(self.file)
+        elif typ in _IGNORED:
+            pass
+        elif typ in (w.MARIA_WRITE_ROWS_COMPRESSED_V1, w.MARIA_UPDATE_ROWS_COMPRESSED_V1,
+                     w.MARIA_DELETE_ROWS_COMPRESSED_V1, w.MARIA_WRITE_ROWS_COMPRESSED,
+                     w.MARIA_UPDATE_ROWS_COMPRESSED, w.MARIA_DELETE_ROWS_COMPRESSED):
+            key = "mariadb_compressed_rows"
+            self.stats.unsupported_events[key] = self.stats.unsupported_events.get(key, 0) + 1
+        else:
+            self.stats.unknown_events[typ] = self.stats.unknown_events.get(typ, 0) + 1
+
+    def _fde(self, buf: bytes, pos: int, nxt: int, sid: int) -> None:
+        p = pos + 19
+        version = buf[p + 2 : p + 52].split(b"\x00", 1)[0].decode("ascii", "replace")
+        header_len = buf[p + 56]
+        if header_len != 19:
+            raise w.WireError(f"unsupported common header length {header_len}")
+        aware = _checksum_aware(version)
+        lens_end = nxt - 5 if aware else nxt
+        lens = buf[p + 57 : lens_end]
+        self.post_header = {i + 1: n for i, n in enumerate(lens)}
+        self.crc = aware and buf[nxt - 5] == 1
+        self.server_version = version
+        if self.own_server_id is None:
+            self.own_server_id = sid
+        elif sid != self.own_server_id:
+            self.saw_foreign_fde = True
+
+    def _payload(self, buf: bytes, pos: int, end: int, outer_end: int, out: list[Event]) -> None:
+        p = pos + 19
+        size = ctype = usize = None
+        while p < end:
+            ftype, p = w.packed_int(buf, p)
+            if ftype == 0:
+                break
+            flen, p = w.packed_int(buf, p)
+            value, _ = w.packed_int(buf, p)
+            p += flen
+            if ftype == 1:
+                size = value
+            elif ftype == 2:
+                ctype = value
+            elif ftype == 3:
+                usize = value
+        data = buf[p : p + size if size is not None else end]
+        if ctype == 0:
+            inner = self._zstd.decompress(data, max_output_size=usize or 0)
+        elif ctype in (None, 255):
+            inner = bytes(data)
+        else:
+            raise w.WireError(f"unknown payload compression type {ctype}")
+        # Inner events carry no checksums and have no relay offset of their
+        # own: the SQL thread applies the payload as one unit.
+        saved_crc = self.crc
+        self.crc = False
+        self._pinned_end = outer_end
+        try:
+            events, stop = self.decode(inner, 0, len(inner), 0)
+        finally:
+            self.crc = saved_crc
+            self._pinned_end = None
+        out.extend(events)
+        if stop != len(inner):
+            raise w.WireError("compressed payload ends inside an event")
+
+    # ----- corruption ----------------------------------------------------
+
+    def _corrupt(self, offset: int, reason: str, out: list[Event]) -> None:
+        self.stats.corrupt_events += 1
+        log.warning("corrupt event in %s at %d: %s; resuming at the next transaction",
+                    self.file, offset, reason)
+        out.append(CorruptEvent(self.file, offset, reason))
+        self._reset_transaction()
+        self._tables.clear()
+        self.skipping = True
+
+    def _corrupt_header(self, buf: bytes, pos: int, end: int, base: int, out: list[Event],
+                        reason: str) -> int | None:
+        """Find the next plausible transaction start after a broken header."""
+        self._corrupt(base + pos, reason, out)
+        p = pos + 1
+        while p + 19 <= end:
+            p = _next_candidate(buf, p, end)
+            if p < 0:
+                return None
+            _ts, typ, sid, size, _lp, _fl = w.HEADER.unpack_from(buf, p)
+            if 19 <= size <= 1 << 20 and p + size <= end and (
+                self.source_server_id is None or sid == self.source_server_id
+            ):
+                body_end = p + size - (4 if self.crc else 0)
+                ok = not self.crc or zlib.crc32(buf[p:body_end]) == w.U32.unpack_from(buf, body_end)[0]
+                if ok and (typ in _START_TYPES or b"BEGIN" in buf[p + 19 : p + size]):
+                    return p
+            p += 1
+        return None
+
+
+def _next_candidate(buf: bytes, p: int, end: int) -> int:
+    """Next offset whose type byte (header offset 4) could start a transaction."""
+    best = -1
+    for t in (w.GTID_LOG_EVENT, w.ANONYMOUS_GTID_LOG_EVENT, w.GTID_TAGGED_LOG_EVENT,
+              w.MARIA_GTID_EVENT, w.QUERY_EVENT):
+        i = buf.find(bytes((t,)), p + 4, end)
+        if i >= 0 and (best < 0 or i - 4 < best):
+            best = i - 4
+    return best
+
+
+def _checksum_aware(version: str) -> bool:
+    """Servers from MySQL 5.6.1 / MariaDB 5.3 on end the FDE with a checksum field."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if not m:
+        return True
+    v = tuple(int(x) for x in m.groups())
+    if "MariaDB" in version:
+        return v >= (5, 3, 0)
+    return v >= (5, 6, 1)
+
+
+def _uuid(raw: bytes) -> str:
+    h = raw.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _tagged_gtid(buf: bytes, p: int, end: int) -> dict[int, Any]:
+    """Fields of a GTID_TAGGED_LOG_EVENT (MySQL serialization library, v2)."""
+    version = buf[p]
+    if version != 2:
+        raise w.WireError(f"tagged GTID serialization version {version} is not supported")
+    start = p
+    payload_size, p = w.varlen_uint(buf, p + 1)
+    last_non_ignorable, p = w.varlen_uint(buf, p)
+    stop = min(start + payload_size, end)
+    fields: dict[int, Any] = {}
+    signed = {2, 4, 5}
+    while p < stop:
+        fid, p = w.varlen_uint(buf, p)
+        if fid == 1:
+            raw = bytearray()
+            for _ in range(16):
+                b, p = w.varlen_uint(buf, p)
+                raw.append(b)
+            fields[1] = bytes(raw)
+        elif fid == 3:
+            n, p = w.varlen_uint(buf, p)
+            fields[3] = buf[p : p + n].decode("ascii", "replace")
+            p += n
+        elif fid in signed:
+            fields[fid], p = w.varlen_sint(buf, p)
+        elif fid <= 11:
+            fields[fid], p = w.varlen_uint(buf, p)
+        elif fid <= last_non_ignorable:
+            raise w.WireError(f"unknown mandatory field {fid} in a tagged GTID event")
+        else:
+            break  # an ignorable newer field: its length is unknown, stop here
+    return fields
+
+
+def _maria_uncompress(data: bytes) -> bytes:
+    """MariaDB log_bin_compress: a header byte, the length, then zlib."""
+    head = data[0]
+    lenlen = head & 0x07
+    size = int.from_bytes(data[1 : 1 + lenlen], "big")
+    out = zlib.decompress(data[1 + lenlen :])
+    if len(out) != size:
+        raise w.WireError("compressed query has the wrong length")
+    return out
+
+
+def _ddl_tables(sql: str, schema: str | None) -> tuple[str, ...]:
+    m = _DDL_TABLES.search(sql)
+    if not m:
+        return ()
+    names = []
+    for part in re.split(r"\s*(?:,|\bTO\b)\s*", m.group(1), flags=re.I):
+        im = _IDENT.fullmatch(part.strip())
+        if not im:
+            continue
+        a, b = (x.strip("`") if x else x for x in im.groups())
+        if b:
+            names.append(f"{a}.{b}")
+        elif schema:
+            names.append(f"{schema}.{a}")
+    return tuple(names)

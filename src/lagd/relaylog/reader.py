@@ -1,0 +1,336 @@
+"""Follow a replica's relay-log files from disk.
+
+The reader starts where the SQL thread stands (Relay_Log_File/Relay_Log_Pos),
+walks the relay-log index across rotations, and at the end of the file being
+written returns what it has and tries again later: a short read there is the
+IO thread still writing, not an error. When the file under it has been
+purged (the SQL thread overtook it and the server deleted it), it asks the
+replica where the SQL thread is now and carries on from there.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from lagd.relaylog import _wire as w
+from lagd.relaylog.decoder import EventDecoder, ReaderStats
+from lagd.relaylog.errors import (
+    EncryptedRelayLogError,
+    NotALogFileError,
+    RelayLogAccessError,
+    RelayLogPurgedError,
+)
+from lagd.relaylog.events import CorruptEvent, Event
+from lagd.relaylog.position import RelayPosition
+from lagd.relaylog.schema import SchemaResolver, TableMapResolver
+
+log = logging.getLogger("lagd.relaylog")
+
+ResyncFn = Callable[[], RelayPosition]
+
+
+@dataclass(frozen=True, slots=True)
+class Resynced:
+    """The reader jumped: a file was purged under it. Any half-read
+    transaction is gone; reading goes on from ``to``."""
+
+    from_file: str
+    to: RelayPosition
+    reason: str
+
+
+class LogFiles:
+    """The ordered list of log files a reader walks.
+
+    With an index file it is the relay log as the server keeps it, growing
+    and rotating; with a fixed list every file is complete (tests, tools).
+    """
+
+    def __init__(self, index: Path | None = None, files: Sequence[Path] = ()) -> None:
+        if (index is None) == (not files):
+            raise ValueError("give either an index file or a list of files")
+        self.index = index
+        self._fixed = [Path(f) for f in files]
+
+    @classmethod
+    def of(cls, *files: str | Path) -> LogFiles:
+        return cls(files=[Path(f) for f in files])
+
+    @property
+    def live(self) -> bool:
+        """True when the last file may still grow."""
+        return self.index is not None
+
+    def names(self) -> list[Path]:
+        if self.index is None:
+            return list(self._fixed)
+        try:
+            text = self.index.read_text("utf-8", "replace")
+        except FileNotFoundError:
+            raise RelayLogAccessError(str(self.index), "the relay-log index file does not exist") from None
+        except PermissionError:
+            raise RelayLogAccessError(str(self.index), "permission denied") from None
+        out = []
+        for line in text.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            p = Path(line)
+            # Index entries are relative to the datadir; the index lives there
+            # unless relay_log names another directory, then entries are absolute.
+            out.append(p if p.is_absolute() else self.index.parent / p.name)
+        return out
+
+    def path_of(self, name: str) -> Path:
+        for p in self.names():
+            if p.name == name:
+                return p
+        if self.index is not None:
+            return self.index.parent / name
+        raise FileNotFoundError(name)
+
+    def after(self, name: str) -> Path | None:
+        names = self.names()
+        for i, p in enumerate(names):
+            if p.name == name:
+                return names[i + 1] if i + 1 < len(names) else None
+        return None
+
+
+class RelayLogReader:
+    """Reads events from a position onward; see the module docstring.
+
+    ``read()`` never blocks: it returns the events decoded from what is on
+    disk now (an empty list at the tail). ``follow()`` polls.
+    """
+
+    def __init__(
+        self,
+        files: LogFiles,
+        start: RelayPosition | None = None,
+        resolver: SchemaResolver | None = None,
+        *,
+        resync: ResyncFn | None = None,
+        chunk_size: int = 1 << 20,
+        verify_checksums: bool = True,
+    ) -> None:
+        self.files = files
+        self.stats = ReaderStats()
+        self.decoder = EventDecoder(resolver or TableMapResolver(), self.stats, verify_checksums)
+        self._resync_fn = resync
+        self.chunk_size = chunk_size
+        if start is None:
+            first = files.names()
+            if not first:
+                raise RelayLogAccessError(str(files.index), "the index lists no files")
+            start = RelayPosition(first[0].name, 4)
+        self._fh: BinaryIO | None = None
+        self._pending = b""  # bytes of an incomplete event at the tail
+        self.position = start  # where the next unread event starts
+        self.at_tail = False
+        self._opened = False
+
+    # ----- public --------------------------------------------------------
+
+    def read(self, max_bytes: int | None = None) -> list[Event | Resynced]:
+        """Decode what is available now, up to about ``max_bytes`` of log."""
+        budget = max_bytes if max_bytes is not None else self.chunk_size
+        out: list[Event | Resynced] = []
+        self.at_tail = False
+        while budget > 0:
+            try:
+                got = self._read_some(out, min(budget, self.chunk_size))
+            except FileNotFoundError:
+                self._close()
+                out.append(self._resync("file purged"))
+                continue
+            if got == 0:
+                if not self._advance_file(out):
+                    self.at_tail = True
+                    break
+                continue
+            budget -= got
+        return out
+
+    def follow(
+        self, poll_interval: float = 0.05, should_stop: Callable[[], bool] = lambda: False
+    ) -> Iterator[list[Event | Resynced]]:
+        """Yield batches forever (until ``should_stop()``), sleeping at the tail."""
+        while not should_stop():
+            batch = self.read()
+            if batch:
+                yield batch
+            else:
+                time.sleep(poll_interval)
+
+    def close(self) -> None:
+        self._close()
+
+    def seek(self, position: RelayPosition) -> None:
+        """Start reading at ``position`` (a transaction boundary)."""
+        self._close()
+        self.decoder.abandon_transaction()
+        self.position = position
+
+    # ----- internals -----------------------------------------------------
+
+    def _close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+        self._fh = None
+        self._pending = b""
+        self._opened = False
+
+    def _open(self) -> BinaryIO:
+        path = self.files.path_of(self.position.file)
+        try:
+            fh = open(path, "rb")  # noqa: SIM115 - kept open across calls while tailing
+        except PermissionError:
+            raise RelayLogAccessError(str(path), "permission denied") from None
+        except IsADirectoryError:
+            raise NotALogFileError(str(path), b"") from None
+        magic = fh.read(4)
+        if magic == w.ENCRYPTED_MAGIC:
+            fh.close()
+            raise EncryptedRelayLogError(str(path))
+        if magic != w.MAGIC:
+            if len(magic) < 4 and self.files.live:
+                fh.close()
+                raise BlockingIOError(errno.EAGAIN, "log file header not written yet")
+            fh.close()
+            raise NotALogFileError(str(path), magic)
+        self.decoder.start_file(path.name)
+        if self.position.offset > 4:
+            self._prime(fh, self.position.offset)
+        else:
+            self.position = RelayPosition(path.name, 4)
+        fh.seek(self.position.offset)
+        self._fh = fh
+        self._opened = True
+        return fh
+
+    def _prime(self, fh: BinaryIO, upto: int) -> None:
+        """Learn the FDE, checksum mode and source file in force at ``upto``.
+
+        Only control events matter here, so the bodies of everything else
+        are skipped by their header's length.
+        """
+        pos = 4
+        while pos < upto:
+            fh.seek(pos)
+            head = fh.read(19)
+            if len(head) < 19:
+                break
+            _ts, typ, _sid, size, _lp, _fl = w.HEADER.unpack_from(head, 0)
+            if size < 19:
+                break
+            if typ in (w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT, w.MARIA_START_ENCRYPTION_EVENT):
+                fh.seek(pos)
+                raw = fh.read(size)
+                self.decoder.decode(raw, 0, len(raw), pos)
+            pos += size
+        self.decoder.abandon_transaction()
+
+    def _read_some(self, out: list[Event | Resynced], want: int) -> int:
+        """Read and decode one chunk; return the bytes consumed (0 at EOF)."""
+        fh = self._fh
+        if fh is None:
+            try:
+                fh = self._open()
+            except BlockingIOError:
+                return 0
+            except FileNotFoundError:
+                if not self.files.live:
+                    raise RelayLogAccessError(self.position.file, "file does not exist") from None
+                raise
+        data = fh.read(want)
+        if not data and not self._pending:
+            return 0
+        buf = self._pending + data if self._pending else data
+        base = self.position.offset
+        events, used = self.decoder.decode(buf, 0, len(buf), base)
+        out.extend(events)
+        self._pending = buf[used:]
+        self.position = RelayPosition(self.position.file, base + used, self.position.sequence)
+        if used == 0 and not data:
+            return 0
+        if used == 0 and len(self._pending) > self.chunk_size:
+            # One event larger than a chunk: read the rest of it in one go.
+            head = w.HEADER.unpack_from(self._pending, 0)
+            rest = fh.read(head[3] - len(self._pending))
+            self._pending += rest
+            return len(rest) or 0
+        return used or len(data)
+
+    def _advance_file(self, out: list[Event | Resynced]) -> bool:
+        """At EOF: move to the next file if the log has rotated past this one."""
+        if self._fh is None:
+            return False
+        name = self.position.file
+        nxt = self.files.after(name)
+        if nxt is None:
+            if not self.files.live and self._pending:
+                self._truncated(out)
+            return False
+        # The rotate is on disk before the next file is listed, but re-read
+        # once so a last event written just now is not mistaken for a stub.
+        data = self._fh.read()
+        if data:
+            self._pending += data
+            events, used = self.decoder.decode(self._pending, 0, len(self._pending), self.position.offset)
+            out.extend(events)
+            self.position = RelayPosition(name, self.position.offset + used, self.position.sequence)
+            self._pending = self._pending[used:]
+        if self._pending:
+            self._truncated(out)
+        self._close()
+        self.position = RelayPosition(nxt.name, 4)
+        return True
+
+    def _truncated(self, out: list[Event | Resynced]) -> None:
+        reason = f"file ends inside an event ({len(self._pending)} bytes of it)"
+        self.stats.corrupt_events += 1
+        log.warning("%s at %d: %s", self.position.file, self.position.offset, reason)
+        out.append(CorruptEvent(self.position.file, self.position.offset, reason))
+        self.decoder.abandon_transaction()
+        self._pending = b""
+
+    def _resync(self, reason: str) -> Resynced:
+        gone = self.position.file
+        if self._resync_fn is None:
+            raise RelayLogPurgedError(gone)
+        target = self._resync_fn()
+        self.stats.resyncs += 1
+        log.info("relay log %s is gone (%s); resuming at the SQL thread's %s", gone, reason, target)
+        self.decoder.abandon_transaction()
+        self.position = target
+        return Resynced(gone, target, reason)
+
+
+def read_log_files(
+    *paths: str | Path, resolver: SchemaResolver | None = None, verify_checksums: bool = True
+) -> tuple[list[Event | Resynced], ReaderStats]:
+    """Decode complete log files (tools and tests)."""
+    reader = RelayLogReader(LogFiles.of(*paths), resolver=resolver,
+                            verify_checksums=verify_checksums)
+    events: list[Event | Resynced] = []
+    try:
+        while True:
+            batch = reader.read(1 << 26)
+            if not batch and reader.at_tail:
+                break
+            events.extend(batch)
+    finally:
+        reader.close()
+    return events, reader.stats
+
+
+def relay_log_index_for(datadir: str | os.PathLike[str], basename: str) -> Path:
+    return Path(datadir) / f"{basename}.index"

@@ -1,0 +1,254 @@
+"""Which columns and indexes a table has, for the reader to decode.
+
+Two sources: the table map itself (``binlog_row_metadata=FULL`` carries names
+and the primary key) and information_schema on the replica, which alone knows
+secondary and unique indexes. The reader asks once per table definition (it
+caches decoders by the table map's bytes) and drops the answer when DDL for
+the table passes in the relay log.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
+
+from pymysql.charset import charset_by_id, charset_by_name
+
+from lagd.relaylog import _columns as c
+from lagd.relaylog._tablemap import TableMap
+from lagd.relaylog.events import Column, Index, TableInfo
+
+log = logging.getLogger("lagd.relaylog.schema")
+
+_BINARY_COLLATION = 63
+
+
+def codec_for_collation(collation: int | None) -> str | None:
+    """Python codec for a collation id; None for binary (values stay bytes)."""
+    if collation is None or collation == _BINARY_COLLATION:
+        return None
+    try:
+        cs = charset_by_id(collation)
+    except KeyError:
+        # Newer servers add collation ids faster than client tables do; the
+        # new ones are all utf8mb4 (MySQL 8 >= 255, MariaDB 11 >= 2048).
+        return "utf8"
+    return None if cs.name == "binary" else cs.encoding
+
+
+def codec_for_charset(name: str | None) -> str | None:
+    if not name or name == "binary":
+        return None
+    try:
+        return charset_by_name(name).encoding
+    except KeyError:
+        return "utf8"
+
+
+class SchemaResolver(Protocol):
+    def resolve(self, tm: TableMap) -> TableInfo: ...
+
+    def invalidate(self, tables: Iterable[str] | None = None) -> None:
+        """Forget ``schema.table`` names (all when None)."""
+
+
+def _needed(columns: int, indexes: Iterable[Index], decode_all: bool) -> tuple[int, ...]:
+    if decode_all:
+        return tuple(range(columns))
+    return tuple(sorted({col for ix in indexes for col in ix.columns}))
+
+
+def _default_columns(tm: TableMap) -> list[Column]:
+    cols = []
+    for i in range(tm.column_count):
+        t = tm.real_type(i)
+        text = t in c.CHARACTER_TYPES or t in (c.T_ENUM, c.T_SET)
+        collation = tm.collations[i] if tm.collations else None
+        if text and tm.collations is None:
+            # Without collation metadata, treat text as utf8 (lossless with
+            # surrogateescape); BLOB and BINARY stay bytes only when known.
+            codec: str | None = "utf8" if t != c.T_BLOB else None
+        else:
+            codec = codec_for_collation(collation) if text else None
+        cols.append(
+            Column(
+                name=tm.names[i] if tm.names else f"@{i + 1}",
+                type_name=c.TYPE_NAMES.get(t, str(t)),
+                nullable=tm.nullable[i],
+                unsigned=bool(tm.unsigned[i]) if tm.unsigned else False,
+                charset=codec,
+            )
+        )
+    return cols
+
+
+class TableMapResolver:
+    """Knows only what the log says: names and primary key under FULL metadata."""
+
+    def __init__(self, decode_all: bool = False) -> None:
+        self.decode_all = decode_all
+
+    def resolve(self, tm: TableMap) -> TableInfo:
+        cols = _default_columns(tm)
+        key = None
+        if tm.primary_key:
+            prefixes = tm.pk_prefixes or tuple(None for _ in tm.primary_key)
+            key = Index("PRIMARY", tm.primary_key, unique=True, primary=True,
+                        prefix_lengths=prefixes)
+        indexes = (key,) if key else ()
+        return TableInfo(tm.schema, tm.table, tuple(cols), key, indexes,
+                         _needed(len(cols), indexes, self.decode_all), "table_map")
+
+    def invalidate(self, tables: Iterable[str] | None = None) -> None:
+        return None
+
+
+Connect = Callable[[], Any]  # returns a PyMySQL connection
+
+
+class InformationSchemaResolver(TableMapResolver):
+    """Adds indexes (and, without FULL metadata, names) from the replica.
+
+    The replica's definition can differ from the log's while the reader is
+    ahead of a DDL the SQL thread has not applied; then the column count
+    disagrees and the table-map-only answer is used until the DDL passes.
+    """
+
+    def __init__(self, connect: Connect, decode_all: bool = False) -> None:
+        super().__init__(decode_all)
+        self._connect = connect
+        self._conn: Any = None
+        self._cache: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+        self._lock = threading.Lock()
+        self.lookups = 0
+        self.failures = 0
+        self.last_error: str | None = None
+
+    def invalidate(self, tables: Iterable[str] | None = None) -> None:
+        with self._lock:
+            if tables is None:
+                self._cache.clear()
+            else:
+                for name in tables:
+                    self._cache.pop(name, None)
+
+    def _query(self, schema: str, table: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        key = f"{schema}.{table}"
+        with self._lock:
+            hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        self.lookups += 1
+        for attempt in (1, 2):
+            try:
+                if self._conn is None:
+                    self._conn = self._connect()
+                with self._conn.cursor() as cur:
+                    cur.execute(
+                        "SELECT COLUMN_NAME, ORDINAL_POSITION, IS_NULLABLE, COLUMN_TYPE,"
+                        " CHARACTER_SET_NAME FROM information_schema.COLUMNS"
+                        " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
+                        (schema, table),
+                    )
+                    cols = [self._row(cur, r) for r in cur.fetchall()]
+                    cur.execute(
+                        "SELECT INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART"
+                        " FROM information_schema.STATISTICS"
+                        " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s"
+                        " ORDER BY INDEX_NAME, SEQ_IN_INDEX",
+                        (schema, table),
+                    )
+                    stats = [self._row(cur, r) for r in cur.fetchall()]
+                break
+            except Exception as exc:  # connection lost: one reconnect, then give up for now
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._close()
+                if attempt == 2:
+                    self.failures += 1
+                    log.warning("information_schema lookup of %s failed: %s", key, self.last_error)
+                    return [], []
+        with self._lock:
+            self._cache[key] = (cols, stats)
+        return cols, stats
+
+    @staticmethod
+    def _row(cur: Any, row: Any) -> dict[str, Any]:
+        if isinstance(row, dict):
+            return {k.upper(): v for k, v in row.items()}
+        return {d[0].upper(): v for d, v in zip(cur.description, row, strict=True)}
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:  # noqa: S110 - closing a broken connection may fail; nothing to do
+                pass
+        self._conn = None
+
+    def close(self) -> None:
+        self._close()
+
+    def resolve(self, tm: TableMap) -> TableInfo:
+        base = super().resolve(tm)
+        cols_rows, stat_rows = self._query(tm.schema, tm.table)
+        if len(cols_rows) != tm.column_count:
+            if cols_rows:
+                log.info(
+                    "%s has %d columns on the replica but %d in the relay log (DDL pending?);"
+                    " using the log's metadata only", tm.qualified, len(cols_rows), tm.column_count,
+                )
+                self.invalidate([tm.qualified])
+            return base
+        names = [str(r["COLUMN_NAME"]) for r in cols_rows]
+        if tm.names and list(tm.names) != names:
+            log.info("%s column names differ between relay log and replica", tm.qualified)
+            self.invalidate([tm.qualified])
+            return base
+        columns = []
+        for i, (col, r) in enumerate(zip(base.columns, cols_rows, strict=True)):
+            ctype = str(r.get("COLUMN_TYPE") or "").lower()
+            unsigned = bool(tm.unsigned[i]) if tm.unsigned else "unsigned" in ctype
+            charset = col.charset
+            if tm.collations is None:
+                charset = codec_for_charset(r.get("CHARACTER_SET_NAME"))
+            columns.append(Column(names[i], col.type_name, r.get("IS_NULLABLE") == "YES",
+                                  unsigned, charset))
+        ordinal = {n: i for i, n in enumerate(names)}
+        grouped: dict[str, list[dict[str, Any]]] = {}
+        for r in stat_rows:
+            grouped.setdefault(str(r["INDEX_NAME"]), []).append(r)
+        indexes = []
+        for name, parts in grouped.items():
+            if any(p["COLUMN_NAME"] not in ordinal for p in parts):
+                continue  # functional index over a hidden expression: nothing to decode
+            indexes.append(
+                Index(
+                    name,
+                    tuple(ordinal[p["COLUMN_NAME"]] for p in parts),
+                    unique=not int(parts[0]["NON_UNIQUE"]),
+                    primary=name == "PRIMARY",
+                    prefix_lengths=tuple(
+                        int(p["SUB_PART"]) if p["SUB_PART"] is not None else None for p in parts
+                    ),
+                )
+            )
+        indexes.sort(key=lambda ix: (not ix.primary, not ix.unique, ix.name))
+        key = next((ix for ix in indexes if ix.primary), None)
+        if key is None:
+            # InnoDB clusters on the first unique index over NOT NULL columns.
+            key = next(
+                (ix for ix in indexes
+                 if ix.unique and all(not columns[col].nullable for col in ix.columns)),
+                None,
+            )
+        return TableInfo(tm.schema, tm.table, tuple(columns), key, tuple(indexes),
+                         _needed(len(columns), indexes, self.decode_all),
+                         "table_map+information_schema" if tm.names else "information_schema")
+
+
+def retry_after(seconds: float) -> float:
+    """A monotonic deadline, for callers that back off lookups."""
+    return time.monotonic() + seconds

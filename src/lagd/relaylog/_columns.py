@@ -190,8 +190,8 @@ def _frac_micros(buf: bytes, pos: int, fsp: int) -> int:
     n = (fsp + 1) // 2
     if not n:
         return 0
-    value = int.from_bytes(buf[pos : pos + n], "big")
-    return value * (100 ** (3 - n))
+    # 1, 2 or 3 bytes hold hundredths, ten-thousandths or microseconds.
+    return int.from_bytes(buf[pos : pos + n], "big") * (0, 10000, 100, 1)[n]
 
 
 def decode_datetime2(buf: bytes, pos: int, meta: int) -> dt.datetime | str:

@@ -171,7 +171,7 @@ def _emit_value(
             body.append(f"{ind}{var} = _from_bytes(buf[pos:pos + {lay.fixed}], 'little')")
             names = tm.enum_values.get(col)
             if names:
-                lookup = g.const(("",) + names)
+                lookup = g.const(("", *names))
                 body.append(f"{ind}{var} = {lookup}[{var}] if {var} < {len(names) + 1} else {var}")
         elif t == c.T_SET:
             body.append(f"{ind}{var} = _from_bytes(buf[pos:pos + {lay.fixed}], 'little')")

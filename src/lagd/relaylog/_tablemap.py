@@ -89,7 +89,8 @@ def parse_table_map(buf: bytes, pos: int, end: int, table_id_len: int) -> TableM
         m, pos = c.read_metadata(t, buf, pos)
         metas.append(m)
     if pos != meta_end:
-        raise WireError(f"table map metadata is {meta_len} bytes but the types use {pos - meta_end + meta_len}")
+        used = pos - meta_end + meta_len
+        raise WireError(f"table map metadata is {meta_len} bytes but the column types use {used}")
     nbytes = (ncols + 7) // 8
     null_bits = int.from_bytes(buf[pos : pos + nbytes], "little")
     nullable = tuple(bool(null_bits & (1 << i)) for i in range(ncols))

@@ -84,8 +84,8 @@ EVENT_NAMES: Final[dict[int, str]] = {
     for name, value in globals().items()
     if name.endswith("_EVENT")
     or "_EVENT_" in name
-    or name.startswith("MARIA_")
-    and isinstance(value, int)
+    or (name.startswith("MARIA_")
+    and isinstance(value, int))
 }
 
 

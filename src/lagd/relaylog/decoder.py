@@ -73,12 +73,13 @@ _DEFAULT_POST_HEADER = {w.QUERY_EVENT: 13, w.ROTATE_EVENT: 8, w.TABLE_MAP_EVENT:
 _KEYWORD = re.compile(rb"^(?:\s+|/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)*([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.S)
 _DML = frozenset({b"INSERT", b"UPDATE", b"DELETE", b"REPLACE", b"LOAD", b"CALL", b"DO", b"WITH"})
 _SCHEMA_CHANGING = frozenset({b"ALTER", b"CREATE", b"DROP", b"RENAME", b"TRUNCATE"})
+_NAME = r"(?:`(?:[^`]|``)+`|\w+)"
 _DDL_TABLES = re.compile(
-    r"\b(?:TABLE|TABLES)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?((?:`[^`]+`|\w+)(?:\.(?:`[^`]+`|\w+))?"
-    r"(?:\s*(?:,|\bTO\b)\s*(?:`[^`]+`|\w+)(?:\.(?:`[^`]+`|\w+))?)*)",
+    rf"\b(?:TABLE|TABLES)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?({_NAME}(?:\.{_NAME})?"
+    rf"(?:\s*(?:,|\bTO\b)\s*{_NAME}(?:\.{_NAME})?)*)",
     re.I,
 )
-_IDENT = re.compile(r"(`[^`]+`|\w+)(?:\.(`[^`]+`|\w+))?")
+_IDENT = re.compile(rf"({_NAME})(?:\.({_NAME}))?")
 
 
 @dataclass(slots=True)
@@ -102,7 +103,7 @@ class ReaderStats:
 class _TableDecoder:
     """Decodes the rows of one table definition (one table-map body)."""
 
-    __slots__ = ("info", "tm", "_images")
+    __slots__ = ("_images", "info", "tm")
 
     def __init__(self, tm: TableMap, info: TableInfo) -> None:
         self.tm = tm
@@ -218,7 +219,8 @@ class EventDecoder:
             crc = self.crc
             body_end = nxt - 4 if crc else nxt
             try:
-                if crc and self.verify and zlib.crc32(buf[pos:body_end]) != w.U32.unpack_from(buf, body_end)[0]:
+                if crc and self.verify and \
+                        zlib.crc32(buf[pos:body_end]) != w.U32.unpack_from(buf, body_end)[0]:
                     if typ in (w.ROTATE_EVENT, w.FORMAT_DESCRIPTION_EVENT, w.PREVIOUS_GTIDS_LOG_EVENT):
                         body_end = nxt  # replica-written events may not carry the source's checksum
                     else:
@@ -401,7 +403,7 @@ class EventDecoder:
         logpos: int, offset: int, next_offset: int, out: list[Event],
     ) -> None:
         p = pos + 19
-        thread_id, exec_time, db_len, _err = struct.unpack_from("<IIBH", buf, p)
+        _thread_id, exec_time, db_len, _err = struct.unpack_from("<IIBH", buf, p)
         ph = self.post_header.get(typ, 26 if typ == w.EXECUTE_LOAD_QUERY_EVENT else 13)
         status_len = w.U16.unpack_from(buf, p + 11)[0] if ph >= 13 else 0
         file_id = w.U32.unpack_from(buf, p + 13)[0] if typ == w.EXECUTE_LOAD_QUERY_EVENT else 0
@@ -685,6 +687,12 @@ def _maria_uncompress(data: bytes) -> bytes:
     return out
 
 
+def _unquote(name: str) -> str:
+    if name.startswith("`") and name.endswith("`"):
+        return name[1:-1].replace("``", "`")
+    return name
+
+
 def _ddl_tables(sql: str, schema: str | None) -> tuple[str, ...]:
     m = _DDL_TABLES.search(sql)
     if not m:
@@ -694,7 +702,7 @@ def _ddl_tables(sql: str, schema: str | None) -> tuple[str, ...]:
         im = _IDENT.fullmatch(part.strip())
         if not im:
             continue
-        a, b = (x.strip("`") if x else x for x in im.groups())
+        a, b = (_unquote(x) if x else x for x in im.groups())
         if b:
             names.append(f"{a}.{b}")
         elif schema:

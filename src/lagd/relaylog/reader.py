@@ -78,8 +78,8 @@ class LogFiles:
         except PermissionError:
             raise RelayLogAccessError(str(self.index), "permission denied") from None
         out = []
-        for line in text.splitlines():
-            line = line.strip()
+        for raw in text.splitlines():
+            line = raw.strip()
             if not line:
                 continue
             p = Path(line)

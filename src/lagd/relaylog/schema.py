@@ -9,9 +9,9 @@ the table passes in the relay log.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -36,14 +36,14 @@ def codec_for_collation(collation: int | None) -> str | None:
         # Newer servers add collation ids faster than client tables do; the
         # new ones are all utf8mb4 (MySQL 8 >= 255, MariaDB 11 >= 2048).
         return "utf8"
-    return None if cs.name == "binary" else cs.encoding
+    return None if getattr(cs, "name", "") == "binary" else str(cs.encoding)
 
 
 def codec_for_charset(name: str | None) -> str | None:
     if not name or name == "binary":
         return None
     try:
-        return charset_by_name(name).encoding
+        return str(charset_by_name(name).encoding)
     except KeyError:
         return "utf8"
 
@@ -182,10 +182,8 @@ class InformationSchemaResolver(TableMapResolver):
 
     def _close(self) -> None:
         if self._conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close
                 self._conn.close()
-            except Exception:  # noqa: S110 - closing a broken connection may fail; nothing to do
-                pass
         self._conn = None
 
     def close(self) -> None:
@@ -248,7 +246,3 @@ class InformationSchemaResolver(TableMapResolver):
                          _needed(len(columns), indexes, self.decode_all),
                          "table_map+information_schema" if tm.names else "information_schema")
 
-
-def retry_after(seconds: float) -> float:
-    """A monotonic deadline, for callers that back off lookups."""
-    return time.monotonic() + seconds

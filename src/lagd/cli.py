@@ -9,3 +9,8 @@ import click
 @click.version_option(package_name="lagd")
 def main() -> None:
     """lagctl: inspect and operate lagd and its replica."""
+
+
+from lagd.cli_sandbox import sandbox  # noqa: E402
+
+main.add_command(sandbox)

@@ -76,9 +76,10 @@ def test_tagged_gtid_decodes():
     events, _ = decode("binlog_transaction_with_GTID_TAG.000001")
     (start,) = of(events, TransactionStart)
     assert start.gtid is not None
-    assert start.gtid.text == "55778904-0299-11f1-b1b8-4ef0c4956feb:mytag:3"
-    assert start.gtid.tag == "mytag"
-    assert start.gtid.sequence == 3
+    assert start.gtid == "55778904-0299-11f1-b1b8-4ef0c4956feb:mytag:3"
+    assert start.gtid_info is not None
+    assert start.gtid_info.tag == "mytag"
+    assert start.gtid_info.sequence == 3
     assert start.commit_time == pytest.approx(1770368687.207196)
     assert start.size == 296
     (row,) = of(events, RowChange)
@@ -88,8 +89,8 @@ def test_tagged_gtid_decodes():
 def test_mariadb_gtid_and_annotate_rows():
     events, _ = decode("mariadb-bin.000001")
     starts = of(events, TransactionStart)
-    assert [s.gtid.text for s in starts if s.gtid] == ["0-1-1", "0-1-2"]
-    assert all(s.gtid and s.gtid.flavor == "mariadb" for s in starts)
+    assert [s.gtid for s in starts] == ["0-1-1", "0-1-2"]
+    assert all(s.gtid_info and s.gtid_info.flavor == "mariadb" for s in starts)
     assert starts[0].commit_time == 1650493084.0  # header time: MariaDB logs no commit timestamp
     queries = of(events, RowsQuery)
     assert queries[0].sql.startswith("insert into outbox")
@@ -173,7 +174,7 @@ def test_garbage_after_a_good_event_resumes_at_next_transaction(tmp_path):
     f.write_bytes(bytes(bad))
     events, stats = read_log_files(f, resolver=TableMapResolver(decode_all=True))
     assert stats.corrupt_events == 1
-    assert [s.gtid.text for s in of(events, TransactionStart) if s.gtid] == ["0-1-1", "0-1-2"]
+    assert [s.gtid for s in of(events, TransactionStart)] == ["0-1-1", "0-1-2"]
     assert len(of(events, TransactionEnd)) == 1
     assert [r.after[0] for r in of(events, RowChange)] == [63]
 

@@ -21,6 +21,7 @@ from typing import Any
 import zstandard
 
 from lagd.relaylog import _wire as w
+from lagd.relaylog._construct import constructor, fast_transactions
 from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder
 from lagd.relaylog._tablemap import TableMap, parse_table_map
 from lagd.relaylog.errors import EncryptedRelayLogError
@@ -28,7 +29,6 @@ from lagd.relaylog.events import (
     CorruptEvent,
     Ddl,
     Event,
-    Gtid,
     LoadData,
     RowChange,
     RowKind,
@@ -58,6 +58,8 @@ _ROWS_KIND = {
 _START_TYPES = frozenset(
     {w.GTID_LOG_EVENT, w.ANONYMOUS_GTID_LOG_EVENT, w.GTID_TAGGED_LOG_EVENT, w.MARIA_GTID_EVENT}
 )
+# While skipping to the next transaction after corruption, these still count.
+_RESUME_TYPES = _START_TYPES | {w.QUERY_EVENT, w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT}
 # Events that carry nothing a probe, the lag maths or the advisor use.
 _IGNORED = frozenset({
     w.STOP_EVENT, w.INTVAR_EVENT, w.RAND_EVENT, w.USER_VAR_EVENT, w.HEARTBEAT_LOG_EVENT,
@@ -103,11 +105,14 @@ class ReaderStats:
 class _TableDecoder:
     """Decodes the rows of one table definition (one table-map body)."""
 
-    __slots__ = ("_images", "info", "tm")
+    __slots__ = ("_images", "info", "probeable", "qualified", "table_id", "tm")
 
     def __init__(self, tm: TableMap, info: TableInfo) -> None:
         self.tm = tm
         self.info = info
+        self.table_id = tm.table_id
+        self.qualified = info.qualified
+        self.probeable = info.probeable
         self._images: dict[bytes, ImageDecoder] = {}
 
     def image(self, present: bytes) -> ImageDecoder:
@@ -120,8 +125,19 @@ class _TableDecoder:
         return dec
 
 
-def _new_row(table: TableInfo, kind: RowKind, before: Any, after: Any) -> RowChange:
-    return RowChange(table, kind, before, after)
+# The reader builds these by the hundred thousand a second: through the C
+# accelerator when it is built, else by calling the class (same objects).
+_new_row = constructor(RowChange)
+_new_start = constructor(TransactionStart)
+_new_end = constructor(TransactionEnd)
+_new_rows_query = constructor(RowsQuery)
+_KINDS = (RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE)
+_MARIA_GTID = struct.Struct("<QIB")
+
+
+def _crc_ok(buf: bytes, pos: int, body_end: int) -> bool:
+    stored: int = w.U32.unpack_from(buf, body_end)[0]
+    return zlib.crc32(buf[pos:body_end]) == stored
 
 
 class EventDecoder:
@@ -136,6 +152,7 @@ class EventDecoder:
         self.resolver = resolver
         self.stats = stats or ReaderStats()
         self.verify = verify_checksums
+        self.accelerated = fast_transactions is not None
         self._definitions: dict[bytes, _TableDecoder] = {}
         self._tables: dict[int, _TableDecoder] = {}
         self._load_blocks: dict[int, list[int]] = {}
@@ -143,6 +160,7 @@ class EventDecoder:
         self.source_file: str | None = None
         self.source_server_id: int | None = None
         self.file = ""
+        self._last_end = 4
         self._reset_stream()
         self._reset_transaction()
 
@@ -151,25 +169,41 @@ class EventDecoder:
     def _reset_stream(self) -> None:
         self.crc = False
         self.post_header: dict[int, int] = dict(_DEFAULT_POST_HEADER)
+        self._fast_layout = False
         self.own_server_id: int | None = None
         self.saw_foreign_fde = False
         self.server_version = ""
 
     def _reset_transaction(self) -> None:
         self.in_trx = False
+        self.skipping = False
+        self._pinned_end: int | None = None
+        self._begin(0, None, False, count=False)
+        self.in_trx = False
+
+    def _begin(self, offset: int, gtid: str | None, standalone: int | bool,
+               count: bool = True) -> None:
+        self.in_trx = True
+        self.skipping = False  # a transaction start is where reading resumes after damage
         self.trx_began = False  # a BEGIN query was seen (statements do not end it)
-        self.trx_standalone = False
-        self.trx_gtid: Gtid | None = None
-        self.trx_start = 0
+        self.trx_standalone = bool(standalone)
+        self.trx_gtid = gtid
+        self.trx_start = offset
+        self.trx_carried = 0  # its bytes in earlier files (relay logs rotate mid-transaction)
         self.trx_rows = 0
         self.trx_row_events = 0
         self.trx_statements = 0
         self.trx_tables: set[str] = set()
-        self.skipping = False
-        self._pinned_end: int | None = None
+        if count:
+            self.stats.transactions += 1
 
     def start_file(self, name: str) -> None:
         """A new log file begins: its own FDE will set the checksum mode."""
+        if self.in_trx and self.file:
+            # The transaction goes on in the new file: count what it had in the old one.
+            self.trx_carried += max(0, self._last_end - self.trx_start)
+            self.trx_start = 4
+        self._last_end = 4
         self.file = name
         self._reset_stream()
         self.stats.files += 1
@@ -196,14 +230,43 @@ class EventDecoder:
 
         ``base`` is the file offset of ``buf[0]``. Returns the events and the
         buffer offset of the first byte not consumed (an incomplete event).
+
+        The common events of a row-based transaction (GTID, table map, rows,
+        XID) are handled inline: this loop runs once per event, several
+        hundred thousand times a second.
         """
         out: list[Event] = []
         append = out.append
         unpack_header = w.HEADER.unpack_from
+        unpack_gtid = _MARIA_GTID.unpack_from
+        definitions = self._definitions
+        tables = self._tables
+        rows_kind = _ROWS_KIND
+        new_start = _new_start
         stats = self.stats
+        verify = self.verify
         n_events = 0
         start_pos = pos
+        fast = fast_transactions if self.accelerated and type(buf) is bytes else None
+        refused_at = -1
         while pos + 19 <= end:
+            if fast is not None and pos != refused_at and not self.in_trx and not self.skipping \
+                    and self._pinned_end is None and self._fast_layout:
+                # The C path takes whole common transactions; where it stops,
+                # this loop takes one event and offers it the rest again.
+                new_pos, n, rows, unprobeable, trx = fast(
+                    buf, pos, end, base, 4 if self.crc else 0, verify, 6,
+                    self.post_header.get(w.QUERY_EVENT, 13), definitions, self.file,
+                    self.source_file, out, new_start, _new_end, _new_row, _new_rows_query, _KINDS,
+                )
+                if new_pos != pos:
+                    n_events += n
+                    stats.row_changes += rows
+                    stats.rows_unprobeable += unprobeable
+                    stats.transactions += trx
+                    pos = new_pos
+                    continue
+                refused_at = pos
             ts, typ, sid, size, logpos, flags = unpack_header(buf, pos)
             nxt = pos + size
             if size < 19 or size > MAX_EVENT_SIZE:
@@ -216,30 +279,37 @@ class EventDecoder:
             if nxt > end:
                 break
             n_events += 1
-            crc = self.crc
-            body_end = nxt - 4 if crc else nxt
+            body_end = nxt - 4 if self.crc else nxt
             try:
-                if crc and self.verify and \
-                        zlib.crc32(buf[pos:body_end]) != w.U32.unpack_from(buf, body_end)[0]:
+                if verify and body_end != nxt and not _crc_ok(buf, pos, body_end):
                     if typ in (w.ROTATE_EVENT, w.FORMAT_DESCRIPTION_EVENT, w.PREVIOUS_GTIDS_LOG_EVENT):
                         body_end = nxt  # replica-written events may not carry the source's checksum
                     else:
                         raise w.WireError("checksum mismatch")
-                if self.skipping and typ not in _START_TYPES and typ != w.QUERY_EVENT \
-                        and typ != w.FORMAT_DESCRIPTION_EVENT and typ != w.ROTATE_EVENT:
+                if self.skipping and typ not in _RESUME_TYPES:
                     stats.skipped_events += 1
-                elif typ in _ROWS_KIND:
+                elif typ in rows_kind:
                     self._rows(buf, pos, body_end, typ, base + nxt, out)
-                elif typ == w.TABLE_MAP_EVENT:
-                    self._table_map(buf, pos, body_end)
-                elif typ == w.XID_EVENT:
+                elif typ == 19:  # TABLE_MAP_EVENT
+                    td = definitions.get(buf[pos + 19 : body_end])
+                    if td is None:
+                        td = self._new_definition(buf[pos + 19 : body_end])
+                    tables[td.table_id] = td
+                elif typ == 16:  # XID_EVENT
                     if self.in_trx:
                         append(self._end(base + nxt, logpos, True, w.U64.unpack_from(buf, pos + 19)[0]))
+                elif typ == 162 and not self.in_trx:  # MariaDB GTID, the common case
+                    seq, domain, gflags = unpack_gtid(buf, pos + 19)
+                    text = f"{domain}-{sid}-{seq}"
+                    self._begin(base + pos, text, gflags & 1)
+                    append(new_start(self.file, base + pos, self.source_file,
+                                     logpos - size if logpos else None, text, float(ts), ts, sid,
+                                     None, None, None, None, bool(gflags & 1)))
                 elif typ in _START_TYPES:
                     append(self._gtid(buf, pos, body_end, typ, ts, sid, size, logpos, base + pos, out))
                 elif typ == w.MARIA_ANNOTATE_ROWS_EVENT or typ == w.ROWS_QUERY_LOG_EVENT:
                     text_at = pos + 19 + (1 if typ == w.ROWS_QUERY_LOG_EVENT else 0)
-                    append(RowsQuery(buf[text_at:body_end].decode("utf-8", "replace")))
+                    append(_new_rows_query(buf[text_at:body_end].decode("utf-8", "replace")))
                 elif typ == w.QUERY_EVENT or typ == w.EXECUTE_LOAD_QUERY_EVENT \
                         or typ == w.MARIA_QUERY_COMPRESSED_EVENT:
                     self._query(buf, pos, body_end, typ, ts, sid, size, logpos, base + pos, base + nxt, out)
@@ -247,12 +317,16 @@ class EventDecoder:
                     self._other(buf, pos, body_end, nxt, typ, ts, sid, size, logpos, flags, base, out)
             except EncryptedRelayLogError:
                 raise
-            except (w.WireError, struct.error, IndexError, ValueError, KeyError,
+            except (w.WireError, struct.error, IndexError, ValueError, KeyError, TypeError,
                     UnicodeDecodeError, zstandard.ZstdError, zlib.error) as exc:
-                self._corrupt(base + pos, f"{w.EVENT_NAMES.get(typ, typ)}: {exc}", out)
+                reason = f"{w.EVENT_NAMES.get(typ, typ)}: {exc}"
+                if body_end != nxt and "checksum" not in reason and not _crc_ok(buf, pos, body_end):
+                    reason += " (and its checksum does not match: the bytes are damaged)"
+                self._corrupt(base + pos, reason, out)
             pos = nxt
         stats.events += n_events
         stats.bytes += pos - start_pos
+        self._last_end = base + pos
         return out, pos
 
     # ----- event handlers ----------------------------------------------
@@ -284,7 +358,7 @@ class EventDecoder:
         self.trx_row_events += 1
         if rflags & 1:  # STMT_END_F
             self.trx_statements += 1
-        self.trx_tables.add(td.info.qualified)
+        self.trx_tables.add(td.qualified)
         info = td.info
         before_dec = td.image(present)
         n = 0
@@ -319,24 +393,20 @@ class EventDecoder:
             raise w.WireError(f"rows of {info.qualified} end at {p - pos}, the event at {end - pos}")
         self.trx_rows += n
         self.stats.row_changes += n
-        if info.key is None:
+        if not td.probeable:
             self.stats.rows_unprobeable += n
         if self.trx_standalone and rflags & 1 and not self.trx_began:
             out.append(self._end(next_offset, 0, True, None))
 
-    def _table_map(self, buf: bytes, pos: int, end: int) -> None:
-        body = buf[pos + 19 : end]
-        td = self._definitions.get(body)
-        if td is None:
-            tid_len = 4 if self.post_header.get(w.TABLE_MAP_EVENT, 8) == 6 else 6
-            tm = parse_table_map(body, 0, len(body), tid_len)
-            info = self.resolver.resolve(tm)
-            td = _TableDecoder(tm, info)
-            if len(self._definitions) > 10000:
-                self._definitions.clear()  # bounded: a schema with churned tables
-            self._definitions[body] = td
-            self.stats.table_definitions += 1
-        self._tables[td.tm.table_id] = td
+    def _new_definition(self, body: bytes) -> _TableDecoder:
+        tid_len = 4 if self.post_header.get(w.TABLE_MAP_EVENT, 8) == 6 else 6
+        tm = parse_table_map(body, 0, len(body), tid_len)
+        td = _TableDecoder(tm, self.resolver.resolve(tm))
+        if len(self._definitions) > 10000:
+            self._definitions.clear()  # bounded: a schema with churned tables
+        self._definitions[body] = td
+        self.stats.table_definitions += 1
+        return td
 
     def _gtid(
         self, buf: bytes, pos: int, end: int, typ: int, ts: int, sid: int, size: int,
@@ -344,24 +414,22 @@ class EventDecoder:
     ) -> TransactionStart:
         if self.in_trx and not self.skipping:
             self._corrupt(offset, "transaction started before the previous one ended", out)
-        self._reset_transaction()
+        self.skipping = False
         p = pos + 19
-        gtid: Gtid | None = None
+        gtid: str | None = None
         commit_us = immediate_us = None
         trx_len = last_committed = seq_no = None
         standalone = False
         if typ == w.MARIA_GTID_EVENT:
-            seq, domain, gflags = struct.unpack_from("<QIB", buf, p)
-            origin = f"{domain}-{sid}"
-            gtid = Gtid(f"{origin}-{seq}", "mariadb", origin, seq)
+            seq, domain, gflags = _MARIA_GTID.unpack_from(buf, p)
+            gtid = f"{domain}-{sid}-{seq}"
             standalone = bool(gflags & 1)
         elif typ == w.GTID_TAGGED_LOG_EVENT:
             fields = _tagged_gtid(buf, p, end)
             uuid = _uuid(bytes(fields.get(1, b"\x00" * 16)))
             tag = fields.get(3)
             gno = int(fields.get(2, 0))
-            text = f"{uuid}:{tag}:{gno}" if tag else f"{uuid}:{gno}"
-            gtid = Gtid(text, "mysql", uuid, gno, str(tag) if tag else None)
+            gtid = f"{uuid}:{tag}:{gno}" if tag else f"{uuid}:{gno}"
             last_committed, seq_no = fields.get(4), fields.get(5)
             immediate_us = fields.get(6)
             commit_us = fields.get(7, immediate_us)
@@ -369,8 +437,7 @@ class EventDecoder:
         else:
             gno = w.U64.unpack_from(buf, p + 17)[0]
             if typ == w.GTID_LOG_EVENT:
-                uuid = _uuid(buf[p + 1 : p + 17])
-                gtid = Gtid(f"{uuid}:{gno}", "mysql", uuid, gno)
+                gtid = f"{_uuid(buf[p + 1 : p + 17])}:{gno}"
             p += 25
             if p < end and buf[p] == 2:  # logical clock type code
                 last_committed, seq_no = struct.unpack_from("<QQ", buf, p + 1)
@@ -386,14 +453,9 @@ class EventDecoder:
                         commit_us = immediate_us
                 if p < end:
                     trx_len, p = w.packed_int(buf, p)
-        self.in_trx = True
-        self.trx_gtid = gtid
-        self.trx_start = offset
-        self.trx_standalone = standalone
-        self.stats.transactions += 1
-        src_pos = logpos - size if logpos else None
-        return TransactionStart(
-            self.file, offset, self.source_file, src_pos, gtid,
+        self._begin(offset, gtid, standalone)
+        return _new_start(
+            self.file, offset, self.source_file, logpos - size if logpos else None, gtid,
             commit_us / 1e6 if commit_us else float(ts), ts, sid, trx_len,
             immediate_us / 1e6 if immediate_us else None, last_committed, seq_no, standalone,
         )
@@ -419,7 +481,7 @@ class EventDecoder:
             sql_bytes = _maria_uncompress(sql_bytes)
         if sql_bytes == b"BEGIN" or sql_bytes.startswith(b"XA START"):
             if not self.in_trx or self.skipping:
-                self._reset_transaction()
+                self.skipping = False
                 self._start_implicit(ts, sid, size, logpos, offset, out)
             self.trx_began = True
             return
@@ -470,25 +532,23 @@ class EventDecoder:
     def _start_implicit(self, ts: int, sid: int, size: int, logpos: int, offset: int,
                         out: list[Event]) -> None:
         """A transaction without a GTID event (MySQL 5.x, non-GTID): BEGIN or a lone statement."""
-        self.in_trx = True
-        self.trx_start = offset
-        self.stats.transactions += 1
-        out.append(TransactionStart(self.file, offset, self.source_file,
-                                    logpos - size if logpos else None, None, float(ts), ts, sid))
+        self._begin(offset, None, False)
+        out.append(_new_start(self.file, offset, self.source_file,
+                              logpos - size if logpos else None, None, float(ts), ts, sid,
+                              None, None, None, None, False))
 
     def _end(self, offset: int, logpos: int, committed: bool, xid: int | None) -> TransactionEnd:
         if self._pinned_end is not None:
             offset = self._pinned_end
-        ev = TransactionEnd(
-            self.file, offset, self.source_file, logpos or None, self.trx_gtid, committed, xid,
-            offset - self.trx_start if offset >= self.trx_start else 0, self.trx_rows,
-            self.trx_row_events, self.trx_statements, frozenset(self.trx_tables),
-        )
-        pinned = self._pinned_end
-        self._reset_transaction()
-        self._pinned_end = pinned
+        start = self.trx_start
+        self.in_trx = False
         self._tables.clear()
-        return ev
+        return _new_end(
+            self.file, offset, self.source_file, logpos or None, self.trx_gtid, committed, xid,
+            self.trx_carried + (offset - start if offset >= start else 0), self.trx_rows,
+            self.trx_row_events,
+            self.trx_statements, frozenset(self.trx_tables),
+        )
 
     def _other(
         self, buf: bytes, pos: int, end: int, nxt: int, typ: int, ts: int, sid: int, size: int,
@@ -539,6 +599,13 @@ class EventDecoder:
         lens_end = nxt - 5 if aware else nxt
         lens = buf[p + 57 : lens_end]
         self.post_header = {i + 1: n for i, n in enumerate(lens)}
+        # The C path knows only today's layouts (6-byte table ids, v1/v2 rows).
+        ph = self.post_header
+        self._fast_layout = ph.get(w.TABLE_MAP_EVENT) == 8 and all(
+            ph.get(t, 0) == (10 if t >= w.WRITE_ROWS_EVENT_V2 else 8)
+            for t in (w.WRITE_ROWS_EVENT_V1, w.UPDATE_ROWS_EVENT_V1, w.DELETE_ROWS_EVENT_V1,
+                      w.WRITE_ROWS_EVENT_V2, w.UPDATE_ROWS_EVENT_V2, w.DELETE_ROWS_EVENT_V2)
+        )
         self.crc = aware and buf[nxt - 5] == 1
         self.server_version = version
         if self.own_server_id is None:
@@ -601,7 +668,7 @@ class EventDecoder:
         p = pos + 1
         while p + 19 <= end:
             p = _next_candidate(buf, p, end)
-            if p < 0:
+            if p < 0 or p + 19 > end:
                 return None
             _ts, typ, sid, size, _lp, _fl = w.HEADER.unpack_from(buf, p)
             if 19 <= size <= 1 << 20 and p + size <= end and (

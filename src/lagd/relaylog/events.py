@@ -76,13 +76,25 @@ class TableInfo:
 
 @dataclass(frozen=True, slots=True)
 class Gtid:
-    """A GTID as the server writes it: ``uuid[:tag]:gno`` or ``domain-server-seq``."""
+    """A GTID as the server writes it: ``uuid[:tag]:gno`` or ``domain-server-seq``.
+
+    Events carry the text; this is its parsed form, made on demand.
+    """
 
     text: str
     flavor: str  # "mysql" or "mariadb"
     origin: str  # source UUID, or MariaDB "domain-server"
     sequence: int
     tag: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Gtid:
+        if ":" in text:
+            head, _, number = text.rpartition(":")
+            uuid, _, tag = head.partition(":")
+            return cls(text, "mysql", uuid, int(number), tag or None)
+        domain, server, seq = text.split("-")
+        return cls(text, "mariadb", f"{domain}-{server}", int(seq))
 
     def __str__(self) -> str:
         return self.text
@@ -102,7 +114,7 @@ class TransactionStart:
     relay_offset: int
     source_file: str | None
     source_pos: int | None
-    gtid: Gtid | None
+    gtid: str | None
     commit_time: float
     header_time: int
     server_id: int
@@ -118,8 +130,12 @@ class TransactionStart:
             RelayPosition(self.relay_file, self.relay_offset),
             self.source_file,
             self.source_pos,
-            self.gtid.text if self.gtid else None,
+            self.gtid,
         )
+
+    @property
+    def gtid_info(self) -> Gtid | None:
+        return Gtid.parse(self.gtid) if self.gtid else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +150,7 @@ class TransactionEnd:
     relay_offset: int
     source_file: str | None
     source_pos: int | None
-    gtid: Gtid | None
+    gtid: str | None
     committed: bool
     xid: int | None
     size: int  # bytes in the relay log, counted
@@ -149,8 +165,12 @@ class TransactionEnd:
             RelayPosition(self.relay_file, self.relay_offset),
             self.source_file,
             self.source_pos,
-            self.gtid.text if self.gtid else None,
+            self.gtid,
         )
+
+    @property
+    def gtid_info(self) -> Gtid | None:
+        return Gtid.parse(self.gtid) if self.gtid else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -136,6 +136,8 @@ class RelayLogReader:
         self.position = start  # where the next unread event starts
         self.at_tail = False
         self._opened = False
+        # file -> how far its control events are known, and those events
+        self._walks: dict[tuple[str, int, int], tuple[int, list[tuple[int, bytes]]]] = {}
 
     # ----- public --------------------------------------------------------
 
@@ -144,11 +146,17 @@ class RelayLogReader:
         budget = max_bytes if max_bytes is not None else self.chunk_size
         out: list[Event | Resynced] = []
         self.at_tail = False
+        resyncs = 0
         while budget > 0:
             try:
                 got = self._read_some(out, min(budget, self.chunk_size))
             except FileNotFoundError:
                 self._close()
+                if resyncs:
+                    # The SQL thread's own position is gone too (the relay logs
+                    # were deleted, or the status is stale): do not spin here.
+                    raise RelayLogPurgedError(self.position.file) from None
+                resyncs += 1
                 out.append(self._resync("file purged"))
                 continue
             if got == 0:
@@ -219,23 +227,44 @@ class RelayLogReader:
     def _prime(self, fh: BinaryIO, upto: int) -> None:
         """Learn the FDE, checksum mode and source file in force at ``upto``.
 
-        Only control events matter here, so the bodies of everything else
-        are skipped by their header's length.
+        Only control events matter here, so everything else is skipped by its
+        header's length. What a file's walk found is kept (per file identity:
+        MariaDB reuses relay-log names for new files), so the next seek into
+        the same file walks only the part not walked yet: a prefetcher that
+        jumps forward often must not rescan the file from the start each time.
         """
-        pos = 4
+        st = os.fstat(fh.fileno())
+        key = (self.position.file, st.st_dev, st.st_ino)
+        walked, controls = self._walks.get(key, (4, []))
+        pos = walked
         while pos < upto:
             fh.seek(pos)
-            head = fh.read(19)
-            if len(head) < 19:
-                break
-            _ts, typ, _sid, size, _lp, _fl = w.HEADER.unpack_from(head, 0)
-            if size < 19:
-                break
-            if typ in (w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT, w.MARIA_START_ENCRYPTION_EVENT):
-                fh.seek(pos)
-                raw = fh.read(size)
-                self.decoder.decode(raw, 0, len(raw), pos)
-            pos += size
+            block = fh.read(min(1 << 20, upto - pos + 19))
+            p = 0
+            while p + 19 <= len(block) and pos + p < upto:
+                _ts, typ, _sid, size, _lp, _fl = w.HEADER.unpack_from(block, p)
+                if size < 19:
+                    pos = upto  # damaged: let the decoder report it when it gets there
+                    break
+                if typ in (w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT, w.MARIA_START_ENCRYPTION_EVENT):
+                    if p + size <= len(block):
+                        raw = block[p : p + size]
+                    else:
+                        fh.seek(pos + p)
+                        raw = fh.read(size)
+                    controls.append((pos + p, raw))
+                p += size
+            else:
+                pos += p
+                if len(block) < 19:
+                    break
+                continue
+            break
+        self._walks = {k: v for k, v in self._walks.items() if k[0] != key[0]}  # one identity per name
+        self._walks[key] = (max(walked, min(pos, upto)), controls)
+        for offset, raw in controls:
+            if offset < upto:
+                self.decoder.decode(raw, 0, len(raw), offset)
         self.decoder.abandon_transaction()
 
     def _read_some(self, out: list[Event | Resynced], want: int) -> int:

@@ -155,7 +155,7 @@ class InformationSchemaResolver(TableMapResolver):
                     )
                     cols = [self._row(cur, r) for r in cur.fetchall()]
                     cur.execute(
-                        "SELECT INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART"
+                        "SELECT INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME, SUB_PART, INDEX_TYPE"
                         " FROM information_schema.STATISTICS"
                         " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s"
                         " ORDER BY INDEX_NAME, SEQ_IN_INDEX",
@@ -222,6 +222,10 @@ class InformationSchemaResolver(TableMapResolver):
         for name, parts in grouped.items():
             if any(p["COLUMN_NAME"] not in ordinal for p in parts):
                 continue  # functional index over a hidden expression: nothing to decode
+            if str(parts[0].get("INDEX_TYPE") or "BTREE").upper() != "BTREE":
+                # FULLTEXT, SPATIAL, MariaDB's long-unique HASH: a probe through
+                # them would scan the table instead of reading a few pages.
+                continue
             indexes.append(
                 Index(
                     name,

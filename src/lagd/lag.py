@@ -1,0 +1,503 @@
+"""Replication lag you can trust: three methods, a state, backlog and forecast.
+
+The daemon gathers one :class:`LagInputs` per poll (replica status, heartbeat
+row, what the relay-log reader knows, the clocks) and hands it to
+:meth:`LagTracker.update`, which returns a frozen :class:`LagReading`.  The
+tracker reads no clock itself, so every unit test is a table of inputs.
+
+Rules that make the numbers trustworthy (docs/lag.md has the operator's view):
+
+- A lag that cannot be measured is ``None`` with a reason, never 0; a method
+  that stopped working keeps its last-success time so staleness shows.
+- 0 means "applied everything received" only while both threads run.
+- Lag is never negative: a negative raw value is clock skew, reported as 0
+  with ``clamped`` set and explained by :class:`~lagd.lag_rates.ClockOffset`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from lagd.heartbeat import HeartbeatRow
+from lagd.lag_rates import (
+    RATE_TIME_CONSTANT,
+    ClockOffset,
+    ClockOffsetEstimator,
+    DecayingRate,
+    HistogramSnapshot,
+    LagHistogram,
+    WindowAverage,
+    WindowAverages,
+    catch_up_eta,
+)
+from lagd.replica import IoState, ReplicaStatus
+
+__all__ = [
+    "ApplyRates",
+    "Backlog",
+    "BacklogReading",
+    "LagInputs",
+    "LagMethod",
+    "LagReading",
+    "LagTracker",
+    "Measurement",
+    "MethodReading",
+    "ReplicaState",
+    "choose_primary",
+    "event_time_lag",
+    "heartbeat_lag",
+    "resolve_state",
+    "sbm_lag",
+]
+
+
+class ReplicaState(StrEnum):
+    """What the replica is doing, in order of precedence (first match wins)."""
+
+    UNKNOWN = "unknown"  # server unreachable, or no status for the channel
+    ERROR = "error"  # a thread stopped with its last error set
+    STOPPED = "stopped"  # SQL (applier) thread not running
+    IO_STOPPED = "io_stopped"  # SQL thread runs, IO (receiver) thread stopped or (re)connecting
+    APPLYING = "applying"  # both run, something received is not applied yet
+    IDLE = "idle"  # both run, everything received is applied
+
+
+class LagMethod(StrEnum):
+    """The ``method`` label: the same names whatever the server calls its columns."""
+
+    HEARTBEAT = "heartbeat"
+    EVENT_TIME = "event_time"
+    SBM = "sbm"
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """Received by the IO thread, not yet applied by the SQL thread (from the relay-log reader).
+
+    ``oldest_commit_time``: source commit time (epoch seconds) of the oldest
+    of those transactions, None when there are none or it is not known.
+    """
+
+    transactions: int
+    bytes: int
+    rows: int
+    oldest_commit_time: float | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.transactions == 0 and self.bytes == 0
+
+
+@dataclass(frozen=True, slots=True)
+class LagInputs:
+    """Everything one update needs, gathered by the daemon at one moment.
+
+    ``applying_commit_time`` is the source commit time (epoch seconds) of the
+    transaction the SQL thread is inside of, None between transactions.
+    ``applied_transactions``/``applied_rows`` are cumulative counters; a
+    decrease is taken as a restart of the count.
+    """
+
+    now: float  # wall clock, epoch seconds, on the replica's host
+    monotonic: float  # seconds, for intervals
+    status: ReplicaStatus | None  # None: server unreachable or no such channel
+    status_error: str | None = None
+    heartbeat: HeartbeatRow | None = None
+    heartbeat_error: str | None = None  # None together with heartbeat=None: not configured
+    applying_commit_time: float | None = None
+    backlog: Backlog | None = None  # None: relay-log reader not available
+    applied_transactions: int = 0
+    applied_rows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One method's verdict for one moment: seconds (never negative) or None, and why."""
+
+    seconds: float | None
+    reason: str
+    raw: float | None = None  # before clamping; may be negative
+    clamped: bool = False  # raw was negative (clock skew) and is reported as 0
+
+
+@dataclass(frozen=True, slots=True)
+class MethodReading:
+    """A method's value as exported: the measurement plus its history.
+
+    ``stale``: no value now, and none for more than ``stale_after`` seconds
+    (counted from the tracker's first update when there never was one).
+    """
+
+    method: LagMethod
+    seconds: float | None
+    reason: str
+    last_success: float | None  # wall clock (epoch s) of the last update with a value
+    stale: bool
+    clamped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogReading:
+    transactions: int
+    bytes: int
+    rows: int
+    oldest_age: float | None  # seconds since the oldest waiting transaction committed on the source
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyRates:
+    """Smoothed with time constant ``time_constant`` seconds; None until measured.
+
+    ``speed`` is in source-seconds applied per wall-second: 1 keeps pace with
+    the source, above 1 catches up, 0 applies nothing (stopped, or inside one
+    long transaction).
+    """
+
+    speed: float | None
+    transactions_per_second: float | None
+    rows_per_second: float | None
+    time_constant: float
+
+
+@dataclass(frozen=True, slots=True)
+class LagReading:
+    at: float  # wall clock of the inputs, epoch seconds
+    state: ReplicaState
+    state_reason: str
+    heartbeat: MethodReading
+    event_time: MethodReading
+    sbm: MethodReading
+    lag: float | None  # primary lag, seconds
+    lag_method: LagMethod | None
+    lag_reason: str
+    backlog: BacklogReading | None
+    rates: ApplyRates
+    eta: float | None  # seconds to catch up; math.inf: never at the current speed
+    eta_reason: str
+    averages: tuple[WindowAverage, ...]  # 1, 5, 15 minutes
+    clock_offset: ClockOffset | None
+    clock_skew: bool  # a value was clamped now, or the replica's clock is proven behind
+    histogram: HistogramSnapshot
+
+    @property
+    def methods(self) -> tuple[MethodReading, ...]:
+        return (self.heartbeat, self.event_time, self.sbm)
+
+
+# --- pure decisions -----------------------------------------------------------
+
+
+def _sql_error(st: ReplicaStatus) -> str:
+    text = f"SQL thread error {st.last_sql_errno}"
+    return f"{text}: {st.last_sql_error}" if st.last_sql_error else text
+
+
+def _io_error(st: ReplicaStatus) -> str:
+    text = f"IO thread error {st.last_io_errno}"
+    return f"{text}: {st.last_io_error}" if st.last_io_error else text
+
+
+def _blocked(st: ReplicaStatus) -> str | None:
+    # Why lag cannot shrink to 0 whatever the apply speed.
+    if not st.sql_running:
+        return "the SQL thread is not running"
+    if st.io_state is not IoState.RUNNING:
+        return f"the IO thread is {st.io_state.value} and nothing new arrives from the source"
+    return None
+
+
+def _caught_up_by_position(st: ReplicaStatus) -> bool:
+    # Without the relay-log reader: the SQL thread has executed up to where the IO thread has read.
+    return (
+        st.relay_source_log_file == st.read_source_log_file
+        and st.exec_source_log_pos == st.read_source_log_pos
+    )
+
+
+def resolve_state(
+    status: ReplicaStatus | None,
+    status_error: str | None = None,
+    backlog: Backlog | None = None,
+    applying_commit_time: float | None = None,
+) -> tuple[ReplicaState, str]:
+    """The replica's state and a one-line reason. Precedence, first match wins:
+
+    unknown (no status) > error (a stopped thread with its error set; SQL
+    first) > stopped (SQL thread not running) > io_stopped (IO thread stopped
+    or connecting) > applying (something received not applied) > idle.
+    Whether something waits comes from the relay-log reader when it is
+    available, else from the source coordinates executed vs read.
+    """
+    if status is None:
+        return ReplicaState.UNKNOWN, f"no replica status: {status_error or 'server not asked yet'}"
+    io = status.io_state
+    if not status.sql_running and status.last_sql_errno:
+        return ReplicaState.ERROR, f"SQL thread stopped on {_sql_error(status)}"
+    if io is IoState.STOPPED and status.last_io_errno:
+        return ReplicaState.ERROR, f"IO thread stopped on {_io_error(status)}"
+    if not status.sql_running:
+        io_note = (
+            "IO thread running, so received transactions pile up"
+            if io is IoState.RUNNING
+            else (f"IO thread {io.value} too")
+        )
+        return ReplicaState.STOPPED, f"SQL thread not running (no error); {io_note}"
+    if io is not IoState.RUNNING:
+        why = f"IO thread {io.value}"
+        if status.last_io_errno:
+            why += f", retrying after {_io_error(status)}"
+        return ReplicaState.IO_STOPPED, f"{why}: nothing new arrives from the source"
+    if status.sql_remaining_delay is not None:
+        return ReplicaState.APPLYING, (
+            f"waiting out SQL_Delay={status.sql_delay} s, {status.sql_remaining_delay} s remaining"
+        )
+    if backlog is not None:
+        if applying_commit_time is not None or not backlog.empty:
+            return ReplicaState.APPLYING, (
+                f"{backlog.transactions} transactions ({backlog.bytes} bytes) received, not applied"
+            )
+        return ReplicaState.IDLE, "both threads running; everything received is applied"
+    if applying_commit_time is not None or not _caught_up_by_position(status):
+        return ReplicaState.APPLYING, "executed source position is behind the read position"
+    return ReplicaState.IDLE, "both threads running; executed source position equals the read position"
+
+
+def heartbeat_lag(now: float, row: HeartbeatRow | None, error: str | None = None) -> Measurement:
+    """Replica ``now`` minus the heartbeat row's source timestamp."""
+    if row is None:
+        return Measurement(None, error or "heartbeat not configured (lag.heartbeat_table is empty)")
+    raw = now - row.ts
+    where = f"row of server_id {row.server_id} written {row.ts_text} UTC by the source's clock"
+    if raw < 0:
+        return Measurement(
+            0.0,
+            f"{where} is {-raw:.3f} s in the future: the replica's clock is behind the source's "
+            "(clock skew, reported as 0)",
+            raw,
+            clamped=True,
+        )
+    return Measurement(raw, where, raw)
+
+
+def event_time_lag(
+    now: float,
+    status: ReplicaStatus | None,
+    applying_commit_time: float | None,
+    backlog: Backlog | None,
+) -> Measurement:
+    """Replica ``now`` minus the source commit time of the oldest transaction not yet applied.
+
+    That is the one being applied, else the oldest waiting in the backlog. 0
+    only when everything received is applied and both threads run: with the
+    IO thread down the source may be ahead, with the SQL thread down the
+    replica is not keeping up with anything.
+    """
+    times = [
+        t for t in (applying_commit_time, backlog.oldest_commit_time if backlog else None) if t is not None
+    ]
+    if times:
+        raw = now - min(times)
+        if status is None:
+            what = "server unreachable; the oldest transaction not applied when last seen"
+        elif not status.sql_running:
+            what = "SQL thread stopped; the next transaction to apply"
+        elif applying_commit_time is not None and applying_commit_time <= min(times):
+            what = "applying a transaction that"
+        else:
+            what = "the next transaction to apply"
+        delay = f" (includes SQL_Delay={status.sql_delay} s)" if status and status.sql_delay else ""
+        if raw < 0:
+            return Measurement(
+                0.0,
+                f"{what} committed {-raw:.3f} s in the replica's future: clock skew, reported as 0",
+                raw,
+                clamped=True,
+            )
+        return Measurement(raw, f"{what} committed on the source {raw:.3f} s ago{delay}", raw)
+    if backlog is None:
+        return Measurement(None, "relay-log reader not available")
+    if not backlog.empty:
+        return Measurement(
+            None, f"{backlog.transactions} transactions waiting but their source commit time is not known"
+        )
+    if status is None:
+        return Measurement(None, "server unreachable: cannot tell whether everything received is applied")
+    if not status.sql_running:
+        return Measurement(None, "SQL thread stopped and nothing received since: lag unknown, not 0")
+    if status.io_state is not IoState.RUNNING:
+        return Measurement(
+            None,
+            f"applied everything received, but the IO thread is {status.io_state.value}: "
+            "the source may be ahead, so not 0",
+        )
+    return Measurement(0.0, "applied everything received; both threads running", 0.0)
+
+
+def sbm_lag(status: ReplicaStatus | None) -> Measurement:
+    """Seconds_Behind_Master / Seconds_Behind_Source as the server reports it; NULL stays None."""
+    if status is None:
+        return Measurement(None, "no replica status")
+    if status.seconds_behind is None:
+        if not status.sql_running:
+            why = "the SQL thread is not running"
+        elif status.io_state is not IoState.RUNNING:
+            why = f"the IO thread is {status.io_state.value}"
+        else:
+            why = "the server does not know"
+        return Measurement(None, f"server reports NULL: {why}")
+    value = float(status.seconds_behind)
+    return Measurement(value, "as reported by the server (whole seconds)", value)
+
+
+def choose_primary(
+    heartbeat: Measurement, event_time: Measurement, sbm: Measurement
+) -> tuple[float | None, LagMethod | None, str]:
+    """Heartbeat when it has a value now, else event_time, else sbm; and why."""
+    skipped: list[str] = []
+    for method, m in (
+        (LagMethod.HEARTBEAT, heartbeat),
+        (LagMethod.EVENT_TIME, event_time),
+        (LagMethod.SBM, sbm),
+    ):
+        if m.seconds is not None:
+            because = f" ({'; '.join(skipped)})" if skipped else ""
+            return m.seconds, method, f"{method.value}{because}"
+        skipped.append(f"no {method.value}: {m.reason}")
+    return None, None, "no method has a value: " + "; ".join(skipped)
+
+
+# --- the stateful part ----------------------------------------------------------
+
+
+class _History:
+    """Last success of one method, in both clocks."""
+
+    __slots__ = ("last_mono", "last_wall")
+
+    def __init__(self) -> None:
+        self.last_wall: float | None = None
+        self.last_mono: float | None = None
+
+
+class LagTracker:
+    """Turns one :class:`LagInputs` per poll into a :class:`LagReading`.
+
+    Keeps only what the summaries need: last successes, smoothed rates, the
+    histogram, up to 15 minutes of lag values and ``offset_window`` seconds of
+    heartbeat readings.  Deterministic: it reads no clock.
+    """
+
+    def __init__(
+        self,
+        *,
+        stale_after: float = 30.0,
+        rate_time_constant: float = RATE_TIME_CONSTANT,
+        offset_window: float = 600.0,
+    ) -> None:
+        self.stale_after = stale_after
+        self._first_mono: float | None = None
+        self._history = {m: _History() for m in LagMethod}
+        self._speed = DecayingRate(rate_time_constant, counter=False)
+        self._transactions = DecayingRate(rate_time_constant)
+        self._rows = DecayingRate(rate_time_constant)
+        self._rate_time_constant = rate_time_constant
+        self._histogram = LagHistogram()
+        self._averages = WindowAverages(max_span=stale_after)
+        self._offset = ClockOffsetEstimator(offset_window)
+
+    def _reading(
+        self, method: LagMethod, m: Measurement, inputs: LagInputs, configured: bool
+    ) -> MethodReading:
+        h = self._history[method]
+        if m.seconds is not None:
+            h.last_wall, h.last_mono = inputs.now, inputs.monotonic
+            return MethodReading(method, m.seconds, m.reason, h.last_wall, False, m.clamped)
+        assert self._first_mono is not None
+        since = inputs.monotonic - (h.last_mono if h.last_mono is not None else self._first_mono)
+        stale = configured and since > self.stale_after
+        return MethodReading(method, None, m.reason, h.last_wall, stale, m.clamped)
+
+    def update(self, inputs: LagInputs) -> LagReading:
+        if self._first_mono is None:
+            self._first_mono = inputs.monotonic
+        now, mono, st = inputs.now, inputs.monotonic, inputs.status
+        state, state_reason = resolve_state(
+            st, inputs.status_error, inputs.backlog, inputs.applying_commit_time
+        )
+
+        hb = heartbeat_lag(now, inputs.heartbeat, inputs.heartbeat_error)
+        if state is ReplicaState.IDLE and hb.seconds is not None and hb.seconds > self.stale_after:
+            # Still reported and still primary: a stalled network looks exactly
+            # like this, and a false alarm beats a false zero.
+            hb = replace(
+                hb,
+                reason=f"{hb.reason}; the replica has applied all it received, so an old row means "
+                "the writer on the source is not running, or the network stalls",
+            )
+        ev = event_time_lag(now, st, inputs.applying_commit_time, inputs.backlog)
+        sb = sbm_lag(st)
+        hb_configured = inputs.heartbeat is not None or inputs.heartbeat_error is not None
+        readings = (
+            self._reading(LagMethod.HEARTBEAT, hb, inputs, hb_configured),
+            self._reading(LagMethod.EVENT_TIME, ev, inputs, True),
+            self._reading(LagMethod.SBM, sb, inputs, True),
+        )
+        lag, lag_method, lag_reason = choose_primary(hb, ev, sb)
+
+        if hb.raw is not None:
+            self._offset.add(mono, hb.raw, idle=state is ReplicaState.IDLE)
+        offset = self._offset.estimate()
+
+        # The applied position in source time: the oldest unapplied commit
+        # time, or "now" when caught up; its advance per second is the speed.
+        if ev.raw is not None:
+            self._speed.add(mono, now - ev.raw)
+        self._transactions.add(mono, inputs.applied_transactions)
+        self._rows.add(mono, inputs.applied_rows)
+        speed = self._speed.value
+        rates = ApplyRates(
+            None if speed is None else max(0.0, speed),
+            self._transactions.value,
+            self._rows.value,
+            self._rate_time_constant,
+        )
+
+        if st is None:
+            eta, eta_reason = None, "replica state unknown"
+        else:
+            eta, eta_reason = catch_up_eta(
+                lag, rates.speed, caught_up=state is ReplicaState.IDLE, blocked=_blocked(st)
+            )
+
+        if lag is not None:
+            self._histogram.observe(lag)
+        self._averages.max_span = self.stale_after  # follows a configuration reload
+        self._averages.add(mono, lag)
+
+        backlog = None
+        if inputs.backlog is not None:
+            b = inputs.backlog
+            age = None if b.oldest_commit_time is None or b.empty else max(0.0, now - b.oldest_commit_time)
+            backlog = BacklogReading(b.transactions, b.bytes, b.rows, age)
+
+        skew = any(r.clamped for r in readings) or (offset is not None and offset.replica_behind)
+        return LagReading(
+            at=now,
+            state=state,
+            state_reason=state_reason,
+            heartbeat=readings[0],
+            event_time=readings[1],
+            sbm=readings[2],
+            lag=lag,
+            lag_method=lag_method,
+            lag_reason=lag_reason,
+            backlog=backlog,
+            rates=rates,
+            eta=eta,
+            eta_reason=eta_reason,
+            averages=self._averages.averages(),
+            clock_offset=offset,
+            clock_skew=skew,
+            histogram=self._histogram.snapshot(),
+        )

@@ -1,0 +1,84 @@
+"""The daemon's state as one immutable snapshot: what /metrics, /status and lagctl read.
+
+Every part is a frozen value made by the subsystem that owns it; the snapshot
+only bundles the latest ones. Readers never query MySQL: a scrape costs the
+same whatever the server is doing, and a hung server cannot hang a scrape.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lagd.lag import LagReading
+from lagd.prefetch.engine import PrefetchSnapshot
+from lagd.replica import ReplicaStatus
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """One subsystem's last attempt: the ``up`` and duration of its collector."""
+
+    name: str
+    up: bool
+    reason: str
+    last_success: float | None  # wall clock
+    last_duration: float | None  # seconds the last attempt took
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    taken_at: float  # wall clock
+    version: str
+    started_at: float
+    config_path: str | None
+    config_error: str | None  # the last reload's problem, when it kept the old config
+    settings: dict[str, Any]  # public (secret-free) settings
+    replica: dict[str, Any]  # endpoint, flavor, channel
+    status: ReplicaStatus | None
+    status_error: str | None
+    lag: LagReading | None
+    prefetch: PrefetchSnapshot | None
+    prefetch_off_reason: str | None  # why prefetch does not run, with the fix
+    advisor: dict[str, Any] | None
+    health: tuple[Health, ...]
+    loop_age: float  # seconds since the main loop last ticked
+
+    @property
+    def channel(self) -> str:
+        return self.status.channel if self.status is not None else str(self.replica.get("channel", ""))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = _plain(self)
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """JSON-ready data: dataclasses to dicts, enums to values, inf to a string."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        for name in ("methods",):  # properties worth showing are listed explicitly
+            out.pop(name, None)
+        return out
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | frozenset | set):
+        items = [_plain(v) for v in value]
+        return sorted(items, key=str) if isinstance(value, frozenset | set) else items
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+        if math.isnan(value):
+            return None
+        return value
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    return value

@@ -1,0 +1,146 @@
+"""Hand-built daemon snapshots for the metrics tests (no daemon, no server).
+
+``full_snapshot()`` has every part present, so rendering it exports every
+metric name lagd has: the dashboard and alert-rule tests use it as the list
+of names that exist.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+from lagd.lag import (
+    ApplyRates,
+    BacklogReading,
+    LagMethod,
+    LagReading,
+    MethodReading,
+    ReplicaState,
+)
+from lagd.lag_rates import LAG_BUCKETS, ClockOffset, HistogramSnapshot, WindowAverage
+from lagd.prefetch.engine import PrefetchSnapshot
+from lagd.replica import IoState, ReplicaStatus
+from lagd.state import Health, Snapshot
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+CHANNEL = "east"
+
+
+def replica_status(**kw: Any) -> ReplicaStatus:
+    """A running replica that is behind; override what a case is about."""
+    base: dict[str, Any] = dict(
+        channel=CHANNEL, source_host="10.0.0.1", source_port=3306, source_user="repl",
+        io_state=IoState.RUNNING, io_thread_state="Waiting for master to send event",
+        sql_running=True, sql_state="Reading event from the relay log", seconds_behind=42,
+        read_source_log_file="source-bin.000007", read_source_log_pos=90_000,
+        relay_log_file="relay-bin.000003", relay_log_pos=900,
+        relay_source_log_file="source-bin.000007", exec_source_log_pos=4_000, relay_log_space=95_000,
+        last_io_errno=0, last_io_error=None, last_sql_errno=0, last_sql_error=None,
+        sql_delay=0, sql_remaining_delay=None, source_server_id=1,
+    )
+    base.update(kw)
+    return ReplicaStatus(**base)
+
+
+def method(m: LagMethod, seconds: float | None, *, last: float | None = NOW, stale: bool = False,
+           clamped: bool = False) -> MethodReading:
+    return MethodReading(m, seconds, f"{m.value} reason", last, stale, clamped)
+
+
+def histogram(*observations: float) -> HistogramSnapshot:
+    counts = tuple(sum(1 for o in observations if o <= b) for b in LAG_BUCKETS)
+    return HistogramSnapshot(LAG_BUCKETS, counts, len(observations), sum(observations))
+
+
+def full_reading() -> LagReading:
+    """Applying, 42 s behind, every value known."""
+    return LagReading(
+        at=NOW, state=ReplicaState.APPLYING, state_reason="12 transactions received, not applied",
+        heartbeat=method(LagMethod.HEARTBEAT, 42.5), event_time=method(LagMethod.EVENT_TIME, 41.9),
+        sbm=method(LagMethod.SBM, 42.0),
+        lag=42.5, lag_method=LagMethod.HEARTBEAT, lag_reason="heartbeat",
+        backlog=BacklogReading(transactions=12, bytes=65_536, rows=3_000, oldest_age=41.9),
+        rates=ApplyRates(speed=1.5, transactions_per_second=300.0, rows_per_second=7_500.0,
+                         time_constant=60.0),
+        eta=85.0, eta_reason="lag 42.5 s shrinks by 0.50 s per second",
+        averages=(WindowAverage(60.0, 40.0, 60.0), WindowAverage(300.0, 20.0, 300.0),
+                  WindowAverage(900.0, 10.0, 880.0)),
+        clock_offset=ClockOffset(0.004, 600, 30, 600.0, False, "tight"),
+        clock_skew=False,
+        histogram=histogram(0.05, 3.0, 42.5),
+    )
+
+
+def full_prefetch() -> PrefetchSnapshot:
+    return PrefetchSnapshot(
+        state="active", reason="reading ahead",
+        counters={"events": 10_000, "row_changes": 8_000, "transactions": 400, "probes_submitted": 600,
+                  "rows_probed": 7_900, "in_time": 550, "late": 40, "dropped": 10,
+                  "skipped": {"overtaken": 3, "pool_full": 2}, "jumps": 1, "resyncs": 0, "corrupt": 0,
+                  "windows": 12},
+        lead_transactions=30, lead_rows=900, lead_bytes=120_000, lead_seconds=2.5, lead_pages=850,
+        target_transactions=40, connections=8, benefit=1.8, probe_latency_avg=0.002,
+        cursor="relay-bin.000003:120900",
+        pool={"issued": 590, "succeeded": 580, "failed": 6, "timed_out": 4, "refused": 0,
+              "rows_found": 7_700, "reconnects": 1, "busy": 3, "queued": 5, "last_error": None},
+    )
+
+
+def full_advisor() -> dict[str, Any]:
+    return {
+        "upcoming": [
+            {"bytes": 50_000_000, "rows": 1_000_000, "kind": "load_data", "estimated_seconds": 120.0},
+            {"bytes": 2_000_000, "rows": 5_000_000, "kind": "bulk_delete", "estimated_seconds": 30.0},
+        ],
+        "large_transactions_seen": {"load_data": 3, "bulk_delete": 1},
+        "advice": [
+            {"rule": "parallel_apply", "fired": True, "severity": "warning"},
+            {"rule": "binlog_compression", "fired": False, "severity": "info"},
+        ],
+    }
+
+
+HEALTH = (
+    Health("replica_status", True, "ok", NOW - 1, 0.003),
+    Health("heartbeat", True, "ok", NOW - 1, 0.001),
+    Health("relay_log", True, "ok", NOW - 0.2, 0.0005),
+    Health("prefetch", True, "reading ahead", NOW - 5, 0.0),
+    Health("advisor", True, "ok", NOW - 20, 0.05),
+)
+
+
+def full_snapshot(**kw: Any) -> Snapshot:
+    base: dict[str, Any] = dict(
+        taken_at=NOW, version="1.2.3", started_at=NOW - 3600, config_path="lagd.toml", config_error=None,
+        settings={"prefetch": {"enabled": True}},
+        replica={"endpoint": "127.0.0.1:3306", "channel": CHANNEL, "flavor": "mariadb 10.11"},
+        status=replica_status(), status_error=None, lag=full_reading(), prefetch=full_prefetch(),
+        prefetch_off_reason=None, advisor=full_advisor(), health=HEALTH, loop_age=0.4,
+    )
+    base.update(kw)
+    return Snapshot(**base)
+
+
+def empty_snapshot() -> Snapshot:
+    """Just started: nothing polled, nothing known."""
+    return Snapshot(
+        taken_at=NOW, version="1.2.3", started_at=NOW, config_path=None, config_error=None, settings={},
+        replica={"endpoint": "127.0.0.1:3306", "channel": ""}, status=None,
+        status_error="not polled yet", lag=None, prefetch=None, prefetch_off_reason=None, advisor=None,
+        health=tuple(Health(h.name, False, "not run yet", None, None) for h in HEALTH), loop_age=0.0,
+    )
+
+
+def stopped_sql_snapshot() -> Snapshot:
+    """SQL thread stopped (no error): SBM is NULL, heartbeat and event_time grow, ETA is +Inf."""
+    reading = replace(
+        full_reading(), state=ReplicaState.STOPPED, state_reason="SQL thread not running (no error)",
+        heartbeat=method(LagMethod.HEARTBEAT, 95.0), event_time=method(LagMethod.EVENT_TIME, 94.0),
+        sbm=method(LagMethod.SBM, None, last=NOW - 90, stale=True),
+        lag=95.0, rates=ApplyRates(0.0, 0.0, 0.0, 60.0), eta=math.inf,
+        eta_reason="the SQL thread is not running, so lag cannot shrink",
+    )
+    return full_snapshot(status=replica_status(sql_running=False, seconds_behind=None), lag=reading,
+                         prefetch=replace(full_prefetch(), state="paused", benefit=None))

@@ -1,0 +1,633 @@
+"""lagd.lag and lagd.lag_rates: tables of inputs and the lag they must give.
+
+Clocks are plain numbers here: ``NOW`` is the replica's wall clock, ``T0`` a
+monotonic origin. Nothing reads a real clock.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import pairwise
+from typing import Any
+
+import pytest
+
+from lagd.heartbeat import HeartbeatRow, format_ts
+from lagd.lag import (
+    Backlog,
+    LagInputs,
+    LagMethod,
+    LagReading,
+    LagTracker,
+    ReplicaState,
+    choose_primary,
+    event_time_lag,
+    heartbeat_lag,
+    resolve_state,
+    sbm_lag,
+)
+from lagd.lag_rates import (
+    LAG_BUCKETS,
+    ClockOffsetEstimator,
+    DecayingRate,
+    LagHistogram,
+    WindowAverages,
+    catch_up_eta,
+)
+from lagd.replica import IoState, ReplicaStatus
+
+NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+T0 = 5_000.0
+
+
+def status(**kw: Any) -> ReplicaStatus:
+    """A healthy, caught-up replica; override what a case is about."""
+    base: dict[str, Any] = dict(
+        channel="",
+        source_host="10.0.0.1",
+        source_port=3306,
+        source_user="repl",
+        io_state=IoState.RUNNING,
+        io_thread_state="Waiting for master to send event",
+        sql_running=True,
+        sql_state="Slave has read all relay log; waiting for more updates",
+        seconds_behind=0,
+        read_source_log_file="source-bin.000007",
+        read_source_log_pos=4_000,
+        relay_log_file="relay-bin.000003",
+        relay_log_pos=900,
+        relay_source_log_file="source-bin.000007",
+        exec_source_log_pos=4_000,
+        relay_log_space=5_000,
+        last_io_errno=0,
+        last_io_error=None,
+        last_sql_errno=0,
+        last_sql_error=None,
+        sql_delay=0,
+        sql_remaining_delay=None,
+        source_server_id=1,
+    )
+    base.update(kw)
+    return ReplicaStatus(**base)
+
+
+SQL_STOPPED = dict(sql_running=False, seconds_behind=None, sql_state=None)
+DUP_KEY = dict(last_sql_errno=1062, last_sql_error="Duplicate entry '7' for key 'PRIMARY'")
+IO_DOWN = dict(last_io_errno=2003, last_io_error="error connecting to master 'repl@10.0.0.1:3306'")
+EMPTY = Backlog(0, 0, 0, None)
+
+
+def hb_row(age: float, t: float = 0.0, server_id: int = 1) -> HeartbeatRow:
+    """The row a read ``t`` seconds after the start finds, ``age`` seconds old."""
+    ts = NOW + t - age
+    return HeartbeatRow(server_id, ts, format_ts(ts))
+
+
+# --- state ----------------------------------------------------------------------
+
+STATE_CASES = [
+    ("unreachable", None, None, None, ReplicaState.UNKNOWN, "Can't connect"),
+    ("sql-stopped-on-error", status(**SQL_STOPPED, **DUP_KEY), EMPTY, None, ReplicaState.ERROR, "1062"),
+    (
+        "io-stopped-on-error",
+        status(io_state=IoState.STOPPED, seconds_behind=None, **IO_DOWN),
+        EMPTY,
+        None,
+        ReplicaState.ERROR,
+        "IO thread error 2003",
+    ),
+    (
+        "both-stopped-both-errors-sql-wins",
+        status(io_state=IoState.STOPPED, **SQL_STOPPED, **DUP_KEY, **IO_DOWN),
+        EMPTY,
+        None,
+        ReplicaState.ERROR,
+        "SQL thread",
+    ),
+    (
+        "sql-stopped-by-hand-io-stopped-on-error",
+        status(io_state=IoState.STOPPED, **SQL_STOPPED, **IO_DOWN),
+        EMPTY,
+        None,
+        ReplicaState.ERROR,
+        "IO thread error",
+    ),
+    (
+        "sql-stopped-null-sbm",
+        status(**SQL_STOPPED),
+        Backlog(3, 900, 3, NOW - 5),
+        None,
+        ReplicaState.STOPPED,
+        "pile up",
+    ),
+    (
+        "both-stopped-no-error",
+        status(io_state=IoState.STOPPED, **SQL_STOPPED),
+        EMPTY,
+        None,
+        ReplicaState.STOPPED,
+        "IO thread stopped too",
+    ),
+    (
+        "sql-stopped-io-retrying",
+        status(io_state=IoState.CONNECTING, **SQL_STOPPED, **IO_DOWN),
+        EMPTY,
+        None,
+        ReplicaState.STOPPED,
+        "connecting",
+    ),
+    (
+        "io-stopped-no-error",
+        status(io_state=IoState.STOPPED, seconds_behind=None),
+        EMPTY,
+        None,
+        ReplicaState.IO_STOPPED,
+        "stopped",
+    ),
+    (
+        "io-connecting-retrying-on-error",
+        status(io_state=IoState.CONNECTING, seconds_behind=None, **IO_DOWN),
+        EMPTY,
+        None,
+        ReplicaState.IO_STOPPED,
+        "retrying after IO thread error 2003",
+    ),
+    (
+        "backlog-waiting",
+        status(seconds_behind=4),
+        Backlog(2, 700, 9, NOW - 4),
+        None,
+        ReplicaState.APPLYING,
+        "2 transactions",
+    ),
+    ("inside-a-transaction", status(), EMPTY, NOW - 1, ReplicaState.APPLYING, "received"),
+    ("caught-up", status(), EMPTY, None, ReplicaState.IDLE, "everything received is applied"),
+    (
+        "running-with-an-old-sql-error",
+        status(**DUP_KEY),
+        EMPTY,
+        None,
+        ReplicaState.IDLE,
+        "both threads running",
+    ),
+    ("no-reader-positions-equal", status(), None, None, ReplicaState.IDLE, "equals the read position"),
+    ("no-reader-exec-behind", status(exec_source_log_pos=3_000), None, None, ReplicaState.APPLYING, "behind"),
+    (
+        "no-reader-exec-in-older-file",
+        status(relay_source_log_file="source-bin.000006", exec_source_log_pos=4_000),
+        None,
+        None,
+        ReplicaState.APPLYING,
+        "behind",
+    ),
+    (
+        "waiting-out-sql-delay",
+        status(sql_delay=3600, sql_remaining_delay=1200),
+        Backlog(1, 300, 1, NOW - 2400),
+        None,
+        ReplicaState.APPLYING,
+        "SQL_Delay=3600 s, 1200 s remaining",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("st", "backlog", "applying", "want", "reason_has"),
+    [c[1:] for c in STATE_CASES],
+    ids=[c[0] for c in STATE_CASES],
+)
+def test_resolve_state(
+    st: ReplicaStatus | None,
+    backlog: Backlog | None,
+    applying: float | None,
+    want: ReplicaState,
+    reason_has: str,
+) -> None:
+    state, reason = resolve_state(st, '(2003, "Can\'t connect to MySQL server")', backlog, applying)
+    assert state is want
+    assert reason_has in reason
+
+
+# --- the three methods ----------------------------------------------------------------
+
+EVENT_TIME_CASES = [
+    ("caught-up-is-zero", status(), None, EMPTY, 0.0, "applied everything received"),
+    ("applying-a-transaction", status(), NOW - 12.5, Backlog(4, 1_000, 4, NOW - 12.5), 12.5, "applying"),
+    ("between-transactions-next-one", status(), None, Backlog(4, 1_000, 4, NOW - 8), 8.0, "next transaction"),
+    (
+        "oldest-of-applying-and-queued",
+        status(),
+        NOW - 3,
+        Backlog(4, 1_000, 4, NOW - 9),
+        9.0,
+        "next transaction",
+    ),
+    (
+        "sql-stopped-next-unapplied",
+        status(**SQL_STOPPED),
+        None,
+        Backlog(4, 1_000, 4, NOW - 30),
+        30.0,
+        "SQL thread stopped",
+    ),
+    ("sql-stopped-nothing-received", status(**SQL_STOPPED), None, EMPTY, None, "not 0"),
+    ("io-stopped-caught-up-not-zero", status(io_state=IoState.STOPPED), None, EMPTY, None, "not 0"),
+    (
+        "io-connecting-caught-up-not-zero",
+        status(io_state=IoState.CONNECTING),
+        None,
+        EMPTY,
+        None,
+        "source may be ahead",
+    ),
+    ("reader-unavailable", status(), None, None, None, "reader not available"),
+    ("reader-unavailable-but-applying-known", status(), NOW - 2, None, 2.0, "applying"),
+    ("queued-commit-time-unknown", status(), None, Backlog(1, 200, 1, None), None, "not known"),
+    ("unreachable-last-known-oldest", None, None, Backlog(1, 200, 1, NOW - 7), 7.0, "unreachable"),
+    ("unreachable-nothing-known", None, None, EMPTY, None, "unreachable"),
+    ("commit-in-the-future-is-clamped", status(), NOW + 1.5, EMPTY, 0.0, "clock skew"),
+    ("delayed-replica-says-so", status(sql_delay=60), NOW - 61, EMPTY, 61.0, "SQL_Delay=60"),
+]
+
+
+@pytest.mark.parametrize(
+    ("st", "applying", "backlog", "want", "reason_has"),
+    [c[1:] for c in EVENT_TIME_CASES],
+    ids=[c[0] for c in EVENT_TIME_CASES],
+)
+def test_event_time(
+    st: ReplicaStatus | None,
+    applying: float | None,
+    backlog: Backlog | None,
+    want: float | None,
+    reason_has: str,
+) -> None:
+    m = event_time_lag(NOW, st, applying, backlog)
+    assert m.seconds == (pytest.approx(want) if want is not None else None)
+    assert reason_has in m.reason
+
+
+def test_event_time_grows_while_the_sql_thread_is_stopped() -> None:
+    waiting = Backlog(4, 1_000, 4, NOW - 30)
+    seen = [event_time_lag(NOW + t, status(**SQL_STOPPED), None, waiting).seconds for t in (0, 10, 100)]
+    assert seen == [pytest.approx(30), pytest.approx(40), pytest.approx(130)]
+
+
+HEARTBEAT_CASES = [
+    ("fresh-row", hb_row(0.25), None, 0.25, False, "server_id 1"),
+    ("old-row-is-lag", hb_row(42.0), None, 42.0, False, "UTC"),
+    ("row-from-the-future-is-skew", hb_row(-3.0), None, 0.0, True, "3.000 s in the future"),
+    (
+        "table-missing",
+        None,
+        "heartbeat table percona.heartbeat does not exist",
+        None,
+        False,
+        "does not exist",
+    ),
+    ("not-configured", None, None, None, False, "not configured"),
+]
+
+
+@pytest.mark.parametrize(
+    ("row", "error", "want", "clamped", "reason_has"),
+    [c[1:] for c in HEARTBEAT_CASES],
+    ids=[c[0] for c in HEARTBEAT_CASES],
+)
+def test_heartbeat_lag(
+    row: HeartbeatRow | None, error: str | None, want: float | None, clamped: bool, reason_has: str
+) -> None:
+    m = heartbeat_lag(NOW, row, error)
+    assert m.seconds == (pytest.approx(want, abs=1e-6) if want is not None else None)
+    assert m.clamped is clamped
+    assert reason_has in m.reason
+
+
+SBM_CASES = [
+    ("reported", status(seconds_behind=17), 17.0, "as reported"),
+    ("zero-is-zero-when-reported", status(seconds_behind=0), 0.0, "as reported"),
+    ("null-sql-stopped", status(**SQL_STOPPED), None, "SQL thread is not running"),
+    ("null-io-stopped", status(io_state=IoState.STOPPED, seconds_behind=None), None, "IO thread is stopped"),
+    ("null-running", status(seconds_behind=None), None, "does not know"),
+    ("unreachable", None, None, "no replica status"),
+]
+
+
+@pytest.mark.parametrize(
+    ("st", "want", "reason_has"), [c[1:] for c in SBM_CASES], ids=[c[0] for c in SBM_CASES]
+)
+def test_sbm_null_stays_missing(st: ReplicaStatus | None, want: float | None, reason_has: str) -> None:
+    m = sbm_lag(st)
+    assert m.seconds == want
+    assert reason_has in m.reason
+
+
+def test_primary_prefers_heartbeat_then_event_time_then_sbm() -> None:
+    hb_ok, hb_missing = heartbeat_lag(NOW, hb_row(5)), heartbeat_lag(NOW, None, "no row for server_id 1")
+    ev_ok, ev_missing = (
+        event_time_lag(NOW, status(), NOW - 4, EMPTY),
+        event_time_lag(NOW, status(), None, None),
+    )
+    sbm_ok, sbm_missing = sbm_lag(status(seconds_behind=3)), sbm_lag(status(**SQL_STOPPED))
+    assert choose_primary(hb_ok, ev_ok, sbm_ok)[:2] == (pytest.approx(5), LagMethod.HEARTBEAT)
+    value, method, reason = choose_primary(hb_missing, ev_ok, sbm_ok)
+    assert (value, method) == (pytest.approx(4), LagMethod.EVENT_TIME)
+    assert "no row for server_id 1" in reason
+    assert choose_primary(hb_missing, ev_missing, sbm_ok)[:2] == (3.0, LagMethod.SBM)
+    value, method, reason = choose_primary(hb_missing, ev_missing, sbm_missing)
+    assert (value, method) == (None, None)
+    assert "no method has a value" in reason and "NULL" in reason
+
+
+# --- the tracker: scenarios over time -------------------------------------------------
+
+
+def inputs(t: float, **kw: Any) -> LagInputs:
+    """Inputs ``t`` seconds after the start; both clocks advance together."""
+    base: dict[str, Any] = dict(now=NOW + t, monotonic=T0 + t, status=status(), backlog=EMPTY)
+    base.update(kw)
+    return LagInputs(**base)
+
+
+def run(tracker: LagTracker, steps: list[LagInputs]) -> list[LagReading]:
+    return [tracker.update(s) for s in steps]
+
+
+def test_stopped_sql_thread_lag_keeps_growing_and_never_reads_zero() -> None:
+    stop_at = NOW  # the heartbeat row and the first waiting transaction stop changing here
+    frozen_row = HeartbeatRow(1, stop_at - 0.5, format_ts(stop_at - 0.5))
+    steps = [
+        inputs(
+            t,
+            status=status(**SQL_STOPPED),
+            heartbeat=frozen_row,
+            backlog=Backlog(int(t), int(t) * 300, int(t), stop_at + 0.2),
+            applied_transactions=100,
+        )
+        for t in range(1, 41)
+    ]
+    readings = run(LagTracker(stale_after=30.0), steps)
+    for r in readings:
+        assert r.state is ReplicaState.STOPPED
+        assert r.sbm.seconds is None and "SQL thread is not running" in r.sbm.reason
+        assert r.lag_method is LagMethod.HEARTBEAT
+        assert r.eta == math.inf
+    lags = [r.lag for r in readings]
+    assert lags[0] == pytest.approx(1.5) and lags[-1] == pytest.approx(40.5)
+    assert all(b is not None and a is not None and b > a for a, b in pairwise(lags))
+    ev = [r.event_time.seconds for r in readings]
+    assert ev[0] == pytest.approx(0.8) and ev[-1] == pytest.approx(39.8)
+    assert readings[-1].rates.transactions_per_second == 0.0
+    # NULL since the first update (t=1): stale once that is more than 30 s ago.
+    assert [r.sbm.stale for r in readings[29:32]] == [False, False, True]
+    assert readings[-1].backlog is not None and readings[-1].backlog.oldest_age == pytest.approx(39.8)
+
+
+def test_staleness_and_last_success() -> None:
+    tracker = LagTracker(stale_after=30.0)
+    ok = tracker.update(inputs(0, heartbeat=hb_row(0.3)))
+    assert ok.heartbeat.seconds == pytest.approx(0.3) and ok.heartbeat.last_success == NOW
+    missing = "heartbeat table percona.heartbeat does not exist on 127.0.0.1:3306"
+    after = [tracker.update(inputs(t, heartbeat_error=missing)) for t in (10, 30, 31, 300)]
+    assert [r.heartbeat.seconds for r in after] == [None] * 4
+    assert [r.heartbeat.stale for r in after] == [False, False, True, True]
+    assert all(r.heartbeat.last_success == NOW and r.heartbeat.reason == missing for r in after)
+    assert all(r.lag_method is LagMethod.EVENT_TIME and r.lag == 0.0 for r in after)
+
+
+def test_never_succeeded_goes_stale_after_the_grace_and_unconfigured_never() -> None:
+    tracker = LagTracker(stale_after=5.0)
+    rs = run(tracker, [inputs(t, backlog=None) for t in (0, 5, 6)])
+    assert [r.event_time.stale for r in rs] == [False, False, True]
+    assert all(r.event_time.last_success is None for r in rs)
+    assert not any(r.heartbeat.stale for r in rs)  # heartbeat not configured: missing by design
+
+
+def test_unreachable_server_is_unknown_not_zero() -> None:
+    tracker = LagTracker()
+    tracker.update(inputs(0, heartbeat=hb_row(0.4)))
+    r = tracker.update(
+        inputs(
+            1,
+            status=None,
+            status_error="(2013, 'Lost connection')",
+            heartbeat_error="(2013, 'Lost connection')",
+        )
+    )
+    assert r.state is ReplicaState.UNKNOWN and "Lost connection" in r.state_reason
+    assert r.lag is None and r.lag_method is None
+    assert r.eta is None
+    assert r.histogram.count == 1  # the unknown update is not counted as a lag of 0
+
+
+def test_lag_is_never_negative_and_skew_is_flagged() -> None:
+    r = LagTracker().update(
+        inputs(0, heartbeat=hb_row(-2.0), applying_commit_time=NOW + 1.0, backlog=Backlog(1, 9, 1, NOW + 1))
+    )
+    assert r.heartbeat.seconds == 0.0 and r.heartbeat.clamped
+    assert r.event_time.seconds == 0.0 and r.event_time.clamped
+    assert r.lag == 0.0 and r.clock_skew
+    assert r.clock_offset is not None and r.clock_offset.replica_behind
+    assert r.clock_offset.upper_bound == pytest.approx(-2.0)
+
+
+def test_clock_offset_bound_from_idle_heartbeats() -> None:
+    tracker = LagTracker()
+    ages = [0.9, 0.31, 0.55, 0.42]  # idle: each read sees a row up to one interval old
+    rs = run(tracker, [inputs(t, heartbeat=hb_row(a, t)) for t, a in enumerate(ages)])
+    off = rs[-1].clock_offset
+    assert off is not None and off.upper_bound == pytest.approx(0.31)
+    assert off.idle_samples == 4 and not off.replica_behind
+    assert not rs[-1].clock_skew
+    assert [r.heartbeat.seconds for r in rs] == [
+        pytest.approx(a) for a in ages
+    ]  # reported raw, not corrected
+
+
+def test_clock_offset_needs_an_idle_reading_unless_it_proves_skew() -> None:
+    est = ClockOffsetEstimator(window=600)
+    est.add(T0, 250.0, idle=False)  # lagging: only a loose bound
+    assert est.estimate() is None
+    est.add(T0 + 1, 0.2, idle=True)
+    got = est.estimate()
+    assert got is not None and got.upper_bound == 0.2
+    est.add(T0 + 700, 0.5, idle=True)  # the old readings leave the window
+    got = est.estimate()
+    assert got is not None and got.upper_bound == 0.5 and got.samples == 1
+
+
+def test_clock_offset_of_whole_hours_hints_at_local_time() -> None:
+    est = ClockOffsetEstimator()
+    est.add(T0, -7200.3, idle=True)  # writer east of UTC without --utc
+    got = est.estimate()
+    assert got is not None and got.replica_behind and "--utc" in got.reason
+
+
+# --- rates and ETA ------------------------------------------------------------------
+
+
+def test_apply_speed_in_source_seconds_per_second_and_eta() -> None:
+    # 100 s behind; every wall second the SQL thread gets through 3 source seconds.
+    steps = [
+        inputs(
+            t,
+            status=status(seconds_behind=int(100 - 2 * t)),
+            applying_commit_time=NOW - 100 + 3 * t,
+            backlog=Backlog(50, 10_000, 500, NOW - 100 + 3 * t),
+            applied_transactions=1_000 + 20 * t,
+            applied_rows=10_000 + 400 * t,
+        )
+        for t in range(0, 11)
+    ]
+    rs = run(LagTracker(), steps)
+    assert rs[0].rates.speed is None and rs[0].eta is None and "not measured yet" in rs[0].eta_reason
+    last = rs[-1]
+    assert last.state is ReplicaState.APPLYING
+    assert last.event_time.seconds == pytest.approx(80.0)
+    assert last.rates.speed == pytest.approx(3.0)
+    assert last.rates.transactions_per_second == pytest.approx(20.0)
+    assert last.rates.rows_per_second == pytest.approx(400.0)
+    assert last.lag_method is LagMethod.EVENT_TIME
+    assert last.eta == pytest.approx(80.0 / 2.0)  # lag / (speed - 1)
+
+
+def test_idle_replica_is_caught_up_whatever_the_heartbeat_age() -> None:
+    rs = run(LagTracker(), [inputs(t, heartbeat=hb_row(0.6, t)) for t in range(3)])
+    assert rs[-1].state is ReplicaState.IDLE
+    assert rs[-1].lag == pytest.approx(0.6) and rs[-1].eta == 0.0
+    assert rs[-1].rates.speed == pytest.approx(1.0)  # keeps pace with the source
+
+
+def test_counter_restart_is_not_a_negative_rate() -> None:
+    rate = DecayingRate(60.0)
+    for t, total in [(0, 1000), (1, 1010), (2, 5), (3, 15)]:
+        rate.add(T0 + t, total)
+    assert rate.value == pytest.approx(10.0)
+
+
+def test_decay_time_constant() -> None:
+    rate = DecayingRate(60.0, counter=False)
+    rate.add(0, 0.0)
+    rate.add(1, 0.0)  # starts at 0/s
+    position = 0.0
+    for t in range(2, 62):
+        position += 1.0
+        rate.add(t, position)  # from now on 1/s
+    assert rate.value == pytest.approx(1 - math.exp(-1))  # 63% of a step after one time constant
+
+
+def test_decay_does_not_depend_on_poll_regularity() -> None:
+    every_second, every_half = DecayingRate(30.0, counter=False), DecayingRate(30.0, counter=False)
+    for r in (every_second, every_half):
+        r.add(0, 0.0)
+        r.add(1, 0.0)
+    for i in range(2, 40):
+        every_second.add(i, (i - 1) * 2.0)
+    for i in range(4, 79):
+        every_half.add(i / 2, (i / 2 - 1) * 2.0)
+    assert every_second.value == pytest.approx(every_half.value)
+
+
+ETA_CASES = [
+    ("catching-up", 120.0, 3.0, False, None, 60.0),
+    ("barely-faster", 10.0, 1.5, False, None, 20.0),
+    ("same-speed-never", 120.0, 1.0, False, None, math.inf),
+    ("slower-never", 120.0, 0.4, False, None, math.inf),
+    ("inside-long-transaction", 120.0, 0.0, False, None, math.inf),
+    ("caught-up", 0.4, 1.0, True, None, 0.0),
+    ("zero-lag", 0.0, None, False, None, 0.0),
+    ("sql-stopped", 30.0, 2.0, False, "the SQL thread is not running", math.inf),
+    ("no-speed-yet", 30.0, None, False, None, None),
+    ("no-lag", None, 2.0, False, None, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("lag", "speed", "caught_up", "blocked", "want"),
+    [c[1:] for c in ETA_CASES],
+    ids=[c[0] for c in ETA_CASES],
+)
+def test_catch_up_eta(
+    lag: float | None, speed: float | None, caught_up: bool, blocked: str | None, want: float | None
+) -> None:
+    eta, reason = catch_up_eta(lag, speed, caught_up=caught_up, blocked=blocked)
+    assert eta == (pytest.approx(want) if want is not None and not math.isinf(want) else want)
+    assert reason
+
+
+def test_old_heartbeat_on_an_idle_replica_stays_primary_with_a_hint() -> None:
+    rs = run(LagTracker(stale_after=30.0), [inputs(t, heartbeat=hb_row(25.0 + t, t)) for t in (0, 10)])
+    assert [r.lag for r in rs] == [pytest.approx(25.0), pytest.approx(35.0)]
+    assert all(r.lag_method is LagMethod.HEARTBEAT for r in rs)
+    assert "writer" not in rs[0].heartbeat.reason
+    assert "writer on the source is not running, or the network stalls" in rs[1].heartbeat.reason
+
+
+def test_io_thread_down_means_no_catching_up() -> None:
+    st = status(io_state=IoState.CONNECTING, seconds_behind=None)
+    rs = run(LagTracker(), [inputs(t, status=st, heartbeat=hb_row(40 + t, t)) for t in range(3)])
+    assert rs[-1].state is ReplicaState.IO_STOPPED
+    assert rs[-1].eta == math.inf and "IO thread is connecting" in rs[-1].eta_reason
+    assert rs[-1].event_time.seconds is None  # not a false 0
+
+
+# --- histogram and averages ------------------------------------------------------------
+
+
+def test_histogram_buckets_are_cumulative_and_inclusive() -> None:
+    h = LagHistogram()
+    for v in (0.0, 0.1, 0.3, 1.0, 59.0, 4000.0):
+        h.observe(v)
+    snap = h.snapshot()
+    counts = dict(zip(snap.bounds, snap.counts, strict=True))
+    assert snap.bounds == LAG_BUCKETS
+    assert counts[0.1] == 2 and counts[0.5] == 3 and counts[1.0] == 4
+    assert counts[30.0] == 4 and counts[60.0] == 5 and counts[3600.0] == 5
+    assert counts[math.inf] == snap.count == 6
+    assert snap.sum == pytest.approx(4060.4)
+
+
+def test_tracker_histogram_counts_primary_lag_per_update() -> None:
+    rs = run(LagTracker(), [inputs(t, heartbeat=hb_row(age, t)) for t, age in enumerate((0.05, 0.7, 7.0))])
+    snap = rs[-1].histogram
+    assert snap.count == 3 and snap.sum == pytest.approx(7.75)
+    assert dict(zip(snap.bounds, snap.counts, strict=True))[1.0] == 2
+
+
+def test_one_five_fifteen_minute_averages() -> None:
+    avg = WindowAverages()
+    for t in range(0, 661):
+        avg.add(T0 + t, 10.0 if t <= 600 else 0.0)
+    one, five, fifteen = avg.averages()
+    assert (one.window, five.window, fifteen.window) == (60.0, 300.0, 900.0)
+    assert one.seconds == pytest.approx(0.0) and one.covered == pytest.approx(60)
+    assert five.seconds == pytest.approx((240 * 10) / 300)
+    assert fifteen.seconds == pytest.approx(6000 / 660) and fifteen.covered == pytest.approx(660)
+
+
+def test_averages_skip_unknown_time_and_stalls() -> None:
+    avg = WindowAverages(max_span=5.0)
+    avg.add(T0, 4.0)
+    assert avg.averages()[0].seconds == 4.0  # one reading is its own average
+    avg.add(T0 + 1, 4.0)
+    avg.add(T0 + 2, None)  # unknown for a second: counts for nothing
+    avg.add(T0 + 50, 8.0)  # after a stall: stands for max_span seconds only
+    one = avg.averages()[0]
+    assert one.covered == pytest.approx(6.0)
+    assert one.seconds == pytest.approx((4.0 * 1 + 8.0 * 5) / 6)
+
+
+def test_tracker_averages_follow_the_primary_lag() -> None:
+    rs = run(LagTracker(), [inputs(t, heartbeat=hb_row(2.0, t)) for t in range(0, 120)])
+    one, five, fifteen = rs[-1].averages
+    assert one.seconds == pytest.approx(2.0) and five.seconds == pytest.approx(2.0)
+    assert fifteen.covered == pytest.approx(119.0)
+
+
+def test_update_is_deterministic() -> None:
+    steps = [
+        inputs(t, heartbeat=hb_row(0.5 + t, t), applying_commit_time=NOW - 3, applied_rows=7 * t)
+        for t in range(5)
+    ]
+    a, b = run(LagTracker(), steps), run(LagTracker(), steps)
+    assert a == b

@@ -1,0 +1,505 @@
+"""The advisor inside the daemon: look-ahead, apply rates, settings rules, split advice.
+
+The runtime calls in, from its own tasks, all on the event loop:
+
+- :meth:`AdvisorRuntime.feed` with every batch of the look-ahead reader
+  (cheap: the look-ahead's own cost, plus a clock read per batch);
+- :meth:`~AdvisorRuntime.applied_up_to` and
+  :meth:`~AdvisorRuntime.observe_rates` once per lag poll, in that order:
+  the SQL thread's position drops the big transactions it has applied, and
+  the relay-log bytes and rows applied between two polls teach the
+  :class:`~lagd.advisor.ApplyRateModel`;
+- :meth:`~AdvisorRuntime.refresh` every half minute: the replica's variables
+  and status over SQL (in a worker thread), and the settings rules;
+- :meth:`~AdvisorRuntime.snapshot` for /status, /metrics and lagctl: a
+  JSON-ready dict, split advice computed from the latest rates and limits.
+
+Apply rates. An interval between two polls counts when the SQL thread had
+work at its start (state ``applying``, or ``io_stopped`` with a backlog):
+it then worked all the interval, or until it ran out of work, which
+overstates the seconds by less than one poll. An interval that starts idle
+or stopped does not count (its bytes are dropped with its seconds). Bytes
+and rows of a transaction count when the SQL thread has passed its end, so
+a long transaction shows as seconds of nothing and then a jump: the rate is
+a ratio of sums, which that does not bias. Intervals waiting out SQL_Delay,
+longer than ``MAX_POLL_GAP`` seconds, or without the look-ahead's backlog
+(the counters do not move then) are not counted.
+
+A table's own rate comes from its big transactions, each timed from the
+polls around its start and its end (midpoints: about a poll interval of
+error, so only transactions of several seconds weigh in, see
+``ApplyRateModel.min_seconds``).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeVar
+
+from lagd.advisor import (
+    RULES,
+    Advice,
+    AdvisorError,
+    ApplyRate,
+    ApplyRateModel,
+    Lookahead,
+    LookaheadConfig,
+    ServerSettings,
+    Severity,
+    SplitAdvice,
+    SplitLimits,
+    TransactionSummary,
+    TxKind,
+    advise,
+    gather_settings,
+    load_tmpdir_free_bytes,
+    split_advice,
+    status_deltas,
+)
+from lagd.backlog import Backlog
+from lagd.config import AdvisorSettings
+from lagd.lag import LagReading, ReplicaState
+from lagd.relaylog import Event, RelayPosition, Resynced
+
+__all__ = [
+    "LISTED",
+    "LOOKAHEAD_STALE_SECONDS",
+    "MAX_POLL_GAP",
+    "AdvisorRuntime",
+    "Blocking",
+    "advice_dicts",
+    "apply_rate_dict",
+    "gather_replica",
+    "split_dict",
+]
+
+log = logging.getLogger("lagd.advisor")
+
+T = TypeVar("T")
+
+
+class Blocking(Protocol):
+    """Runs ``fn(conn)`` on a blocking PyMySQL connection in a worker thread
+    (``Runtime.blocking``): ``Callable[[Callable[[Any], T]], Awaitable[T]]``."""
+
+    def __call__(self, fn: Callable[[Any], T], /) -> Awaitable[T]: ...
+
+LISTED = 10  # upcoming big transactions in a snapshot, biggest first
+LOOKAHEAD_STALE_SECONDS = 60.0  # no batch for this long: the look-ahead reader is not running
+MAX_POLL_GAP = 30.0  # seconds between two polls beyond which the interval is not trusted
+_REMEMBERED = 4096  # big transactions remembered as counted/logged (a re-read is not new)
+
+_RULE_ORDER = {rule.__name__: i for i, rule in enumerate(RULES)}
+_SEVERITY_ORDER = {Severity.CRITICAL: 0, Severity.WARNING: 1, Severity.INFO: 2}
+_LOG_LEVEL = {Severity.CRITICAL: logging.ERROR, Severity.WARNING: logging.WARNING,
+              Severity.INFO: logging.INFO}
+
+_Key = tuple[str | None, str, int, float]
+
+
+def _key(s: TransactionSummary) -> _Key:
+    """One transaction however often it is read (a restarted reader reads it again)."""
+    return (s.gtid, s.start.file, s.start.offset, s.commit_time)
+
+
+def gather_replica(conn: Any) -> tuple[ServerSettings, int | None]:
+    """Blocking: the replica's settings, and free bytes in its load tmpdir
+    (read on this host: lagd runs beside its replica)."""
+    settings = gather_settings(conn, "replica")
+    return settings, load_tmpdir_free_bytes(settings)
+
+
+def advice_dicts(
+    verdicts: Iterable[Advice], since: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
+    """Verdicts as JSON-ready dicts: fired first, then by severity, then in rule order."""
+    ordered = sorted(verdicts, key=lambda a: (not a.fired, _SEVERITY_ORDER.get(a.severity, 3),
+                                              _RULE_ORDER.get(a.rule, len(_RULE_ORDER))))
+    since = since or {}
+    return [{"rule": a.rule, "fired": a.fired, "severity": a.severity.value, "advice": a.advice,
+             "caveat": a.caveat, "reason": a.reason, "since": since.get(a.rule) if a.fired else None}
+            for a in ordered]
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is None or math.isfinite(x) else None
+
+
+def split_dict(a: SplitAdvice) -> dict[str, Any]:
+    return {
+        "needed": a.needed, "text": a.text, "reason": a.reason,
+        "chunk_rows": a.chunk_rows, "chunk_bytes": a.chunk_bytes, "chunks": a.chunks, "bound": a.bound,
+        "pause_seconds": _finite(a.pause_seconds), "apply_seconds": _finite(a.apply_seconds),
+        "chunk_apply_seconds": _finite(a.chunk_apply_seconds),
+        "worst_lag_without_split": _finite(a.worst_lag_without_split),
+        "worst_lag_with_split": _finite(a.worst_lag_with_split),
+        "worst_lag_split_no_pause": _finite(a.worst_lag_split_no_pause),
+        "commands": list(a.commands),
+    }
+
+
+def _rate_dict(r: ApplyRate) -> dict[str, Any]:
+    return {"bytes_per_second": r.bytes_per_second, "rows_per_second": r.rows_per_second,
+            "observed_seconds": r.seconds, "observed_rows": r.rows, "scope": r.scope}
+
+
+def apply_rate_dict(model: ApplyRateModel, tables: int = 10) -> dict[str, Any] | None:
+    """The overall rate, and the tables with a rate of their own; None before one was learned."""
+    overall = model.rate()
+    if overall is None:
+        return None
+    own = list(model.table_rates().items())[:tables]
+    return {**_rate_dict(overall), "tables": {t: _rate_dict(r) for t, r in own}}
+
+
+def _secs(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    return f"{x:,.1f} s" if x < 100 else f"{x:,.0f} s"
+
+
+def _busy(reading: LagReading) -> bool:
+    """Whether the SQL thread has work (and is not waiting out SQL_Delay)."""
+    if reading.backlog is None or "SQL_Delay" in reading.state_reason:
+        return False
+    if reading.state is ReplicaState.APPLYING:
+        return True
+    return reading.state is ReplicaState.IO_STOPPED and reading.backlog.transactions > 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Poll:
+    at: float  # wall clock of the reading
+    bytes: int  # Backlog.applied_bytes then
+    rows: int
+    busy: bool
+
+
+@dataclass(slots=True)
+class _Track:
+    """A big transaction the SQL thread is inside: the polls around its start."""
+
+    before: float  # the last poll before it started
+    first_in: float  # the first poll inside it
+    last_in: float
+    estimate: float | None
+
+    @property
+    def started(self) -> float:
+        return (self.before + self.first_in) / 2
+
+
+class AdvisorRuntime:
+    """See the module docstring; one per daemon, driven by ``lagd.runtime``."""
+
+    def __init__(self, settings: AdvisorSettings) -> None:
+        self.settings = settings
+        self.model = ApplyRateModel()
+        self.lookahead = Lookahead(self._lookahead_config(settings), on_big=self._on_big)
+        self.seen: dict[str, int] = {k.value: 0 for k in TxKind}
+        # key -> counted (False: logged while it streamed in, not yet complete)
+        self._known: collections.OrderedDict[_Key, bool] = collections.OrderedDict()
+        self._fed_at: float | None = None  # monotonic
+        self._progress_at = 0.0  # monotonic: last look at the transaction being read
+        self._read_pos: RelayPosition | None = None  # the look-ahead reader's position
+        self._resyncs = 0
+        self._pos: RelayPosition | None = None  # the SQL thread's, from the last poll
+        self._dropped: list[TransactionSummary] = []  # applied since the last observe_rates
+        self._tracks: dict[_Key, _Track] = {}
+        self._prev: _Poll | None = None
+        self._server: ServerSettings | None = None
+        self._limits: SplitLimits | None = None
+        self._advice: list[Advice] | None = None
+        self._firing: dict[str, tuple[Severity, float]] = {}  # rule -> (severity, since)
+        self._checked_at: float | None = None
+        self._error: str | None = None
+
+    @staticmethod
+    def _lookahead_config(s: AdvisorSettings, base: LookaheadConfig | None = None) -> LookaheadConfig:
+        return replace(base or LookaheadConfig(), big_bytes=s.big_transaction_bytes,
+                       big_rows=s.big_transaction_rows)
+
+    # ----- configuration -------------------------------------------------
+
+    def configure(self, settings: AdvisorSettings) -> None:
+        """A reloaded config. New thresholds apply to transactions read from now on."""
+        was = self.settings.enabled
+        self.settings = settings
+        self.lookahead.config = self._lookahead_config(settings, self.lookahead.config)
+        if was and not settings.enabled:
+            self.reset()
+            self._fed_at = None
+            self._prev = None
+            self._advice, self._firing, self._checked_at, self._error = None, {}, None, None
+            log.info("advisor disabled by the configuration")
+        elif settings.enabled and not was:
+            log.info("advisor enabled by the configuration: it sees big transactions read from now on")
+
+    def reset(self) -> None:
+        """A new look-ahead reader starts (at the SQL thread): forget what was listed.
+        What was counted stays counted, and is not counted again when read again."""
+        self.lookahead.clear()
+        self._tracks.clear()
+        self._dropped.clear()
+        self._read_pos = None
+
+    # ----- the look-ahead reader -----------------------------------------
+
+    def feed(self, batch: list[Event | Resynced], read_position: RelayPosition | None = None) -> None:
+        """Every batch of the look-ahead reader, in order; ``read_position`` is
+        the reader's position after it (the size of a transaction still being
+        read, when the log does not say it up front)."""
+        if not self.settings.enabled:
+            return
+        now = time.monotonic()
+        self._fed_at = now
+        if read_position is not None:
+            self._read_pos = read_position
+        if batch:
+            self.lookahead.feed(batch)
+            if self.lookahead.stats.resyncs != self._resyncs:
+                self._resyncs = self.lookahead.stats.resyncs
+                self._tracks.clear()
+                self._dropped.clear()
+        if now - self._progress_at >= 1.0:
+            self._progress_at = now
+            current = self.lookahead.in_progress(self._read_pos)
+            if current is not None and _key(current) not in self._known:
+                self._remember(_key(current), counted=False)
+                self._log_big(current)
+
+    def _remember(self, key: _Key, counted: bool) -> None:
+        self._known[key] = counted
+        self._known.move_to_end(key)
+        while len(self._known) > _REMEMBERED:
+            self._known.popitem(last=False)
+
+    def _on_big(self, s: TransactionSummary) -> None:
+        """The look-ahead read the end of a big transaction."""
+        key = _key(s)
+        was = self._known.get(key)
+        if was:
+            return  # read again by a restarted reader
+        self.seen[s.kind.value] = self.seen.get(s.kind.value, 0) + 1
+        self._remember(key, counted=True)
+        # Logged again when it was first seen still being received: only now
+        # are its rows, size and the stall estimate final.
+        self._log_big(s)
+
+    def _split(self, s: TransactionSummary) -> SplitAdvice | None:
+        try:
+            return split_advice(s, self.model, self._limits or SplitLimits(),
+                                self.settings.lag_budget_seconds, self.settings.headroom)
+        except AdvisorError as e:  # the config validates both; kept for safety
+            log.warning("advisor: no split advice: %s", e)
+            return None
+
+    def _log_big(self, s: TransactionSummary) -> None:
+        est, basis = self.model.estimate_seconds(s)
+        split = self._split(s)
+        what = "being received" if not s.complete else "coming"
+        stall = f"about {_secs(est)}" if est is not None else "for an unknown time"
+        msg = f"big transaction {what}: {s.describe()}; it will hold the SQL thread {stall} ({basis})"
+        if split is not None and split.needed and split.chunk_rows:
+            pause = f", {_secs(split.pause_seconds)} apart" if split.pause_seconds is not None else ""
+            msg += f"; split it: {split.chunk_rows:,} rows per transaction{pause}"
+        over = (est is not None and est > self.settings.lag_budget_seconds) or (
+            split is not None and split.needed is True)
+        log.log(logging.WARNING if over else logging.INFO, "%s", msg, extra={
+            "kind": s.kind.value, "rows": s.rows_estimate, "bytes": s.size_bytes,
+            "estimated_seconds": _finite(est), "gtid": s.gtid, "tables": list(s.tables),
+            "in_progress": not s.complete,
+            "chunk_rows": split.chunk_rows if split is not None and split.needed else None,
+            "pause_seconds": split.pause_seconds if split is not None and split.needed else None,
+        })
+
+    # ----- the SQL thread, every lag poll --------------------------------
+
+    def applied_up_to(self, pos: RelayPosition, backlog: Backlog) -> None:
+        """The SQL thread's Relay_Log_File/Relay_Log_Pos: drop what it applied."""
+        del backlog  # the counters are read in observe_rates, which has the time
+        if not self.settings.enabled:
+            return
+        self._pos = pos
+        first = self.lookahead.next_coming()
+        if first is not None and first.end is not None and first.end <= pos:
+            listed = self.lookahead.coming()
+            self._dropped.extend(listed[: self.lookahead.applied_up_to(pos)])
+
+    def observe_rates(self, reading: LagReading | None, backlog: Backlog) -> None:
+        """Teach the apply-rate model what the SQL thread applied since the last poll."""
+        if not self.settings.enabled:
+            return
+        if reading is None:
+            self._prev = None
+            self._dropped.clear()
+            return
+        busy = _busy(reading)
+        cur = _Poll(reading.at, backlog.applied_bytes, backlog.applied_rows, busy)
+        prev, self._prev = self._prev, cur
+        if prev is not None and prev.busy and reading.backlog is not None:
+            dt = cur.at - prev.at
+            nbytes, rows = cur.bytes - prev.bytes, cur.rows - prev.rows
+            if 0 < dt <= MAX_POLL_GAP and nbytes >= 0 and rows >= 0:
+                self.model.observe(nbytes, rows, dt)
+        gap_ok = prev is not None and 0 < cur.at - prev.at <= MAX_POLL_GAP
+        self._time_big(cur.at, prev.at if gap_ok and prev is not None else None, busy)
+
+    def _time_big(self, now: float, prev_at: float | None, busy: bool) -> None:
+        """Time big transactions from the polls around their start and end."""
+        dropped, self._dropped = self._dropped, []
+        for s in dropped:
+            tr = self._tracks.pop(_key(s), None)
+            if tr is None or prev_at is None:
+                continue  # applied within one poll, or the polls around its end are too far apart
+            seconds = (tr.last_in + now) / 2 - tr.started
+            if s.table is not None and seconds > 0:
+                self.model.observe_table(s.table, s.size_bytes, s.rows_estimate, seconds)
+            log.info("big transaction applied: %s in about %s (estimated %s when it started)",
+                     s.describe(), _secs(seconds), _secs(tr.estimate),
+                     extra={"kind": s.kind.value, "rows": s.rows_estimate, "bytes": s.size_bytes,
+                            "gtid": s.gtid, "applied_seconds": seconds, "estimated_seconds": tr.estimate})
+        head = self.lookahead.next_coming() or self.lookahead.in_progress(self._read_pos)
+        if head is None or self._pos is None or head.start > self._pos:
+            return
+        key = _key(head)
+        tr = self._tracks.get(key)
+        if not busy or prev_at is None:
+            # Stopped at its start (or rolled back by a stop), or a gap in the
+            # polls: it is timed again from the next poll that sees it applied.
+            self._tracks.pop(key, None)
+        elif tr is None:
+            if len(self._tracks) > 16:
+                self._tracks.clear()  # leftovers of transactions never seen to end
+            self._tracks[key] = _Track(prev_at, now, now, self.model.estimate_seconds(head)[0])
+        else:
+            tr.last_in = now
+
+    # ----- settings, every half minute -----------------------------------
+
+    async def refresh(self, blocking: Blocking, lag: LagReading | None) -> None:
+        """Read the replica's settings and run the rules. Errors are recorded
+        for the snapshot and raised (the runtime marks the advisor's health)."""
+        if not self.settings.enabled:
+            return
+        try:
+            server, free = await blocking(gather_replica)
+        except Exception as e:
+            self._error = str(e) or type(e).__name__
+            raise
+        now = time.time()
+        facts: dict[str, int | bool | None] = {"load_tmpdir_free_bytes": free}
+        if self._server is not None:
+            facts.update(status_deltas(self._server, server))
+        if self._live():
+            facts.update(self.lookahead.facts(self._read_pos))
+        if lag is not None and lag.lag is not None:
+            facts["lagging"] = lag.lag > self.settings.lag_budget_seconds
+        verdicts = advise(server.with_facts(**facts))
+        self._server = server
+        self._limits = SplitLimits.from_settings(None, server)
+        self._note(verdicts, now)
+        self._advice = verdicts
+        self._checked_at = now
+        self._error = None
+
+    def _note(self, verdicts: list[Advice], now: float) -> None:
+        """Log each advice that starts to fire (or changes severity), and each that stops."""
+        firing: dict[str, tuple[Severity, float]] = {}
+        for a in verdicts:
+            if not a.fired:
+                continue
+            old = self._firing.get(a.rule)
+            if old is not None and old[0] == a.severity:
+                firing[a.rule] = old
+                continue
+            firing[a.rule] = (a.severity, now)
+            log.log(_LOG_LEVEL.get(a.severity, logging.INFO), "advice %s (%s): %s Why: %s. Caveat: %s",
+                    a.rule, a.severity.value, a.advice, a.reason, a.caveat,
+                    extra={"rule": a.rule, "severity": a.severity.value, "fired": True})
+        for rule, (severity, _since) in self._firing.items():
+            if rule not in firing:
+                reason = next((a.reason for a in verdicts if a.rule == rule), "rule gone")
+                log.info("advice %s no longer applies: %s", rule, reason,
+                         extra={"rule": rule, "severity": severity.value, "fired": False})
+        self._firing = firing
+
+    # ----- the snapshot ----------------------------------------------------
+
+    def _live(self) -> bool:
+        return self._fed_at is not None and time.monotonic() - self._fed_at <= LOOKAHEAD_STALE_SECONDS
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready: what /status, /metrics and ``lagctl advise`` show.
+
+        ``upcoming`` is None (not known, so not 0) until the look-ahead reader
+        feeds it, or when it has not for ``LOOKAHEAD_STALE_SECONDS``; ``advice``
+        is None until the replica's settings were read once.
+        """
+        s = self.settings
+        out: dict[str, Any] = {
+            "enabled": s.enabled,
+            "reason": None if s.enabled else "advisor.enabled is false in the configuration",
+            "lag_budget_seconds": s.lag_budget_seconds,
+            "headroom": s.headroom,
+            "upcoming": None, "upcoming_total": None, "large_transactions_seen": None, "lookahead": None,
+            "advice": None, "checked_at": None, "error": None, "apply_rate": None,
+        }
+        if not s.enabled:
+            return out
+        live = self._live()
+        la = self.lookahead
+        st = la.stats
+        out["lookahead"] = {
+            "live": live, "read_position": str(self._read_pos) if self._read_pos else None,
+            "transactions": st.transactions, "big": st.big, "big_not_listed": st.big_not_kept,
+            "abandoned": st.abandoned, "resyncs": st.resyncs,
+            "reason": None if live else (
+                "the look-ahead reader has not started" if self._fed_at is None else
+                f"the look-ahead reader has not read for more than {LOOKAHEAD_STALE_SECONDS:g} s"),
+        }
+        out["large_transactions_seen"] = dict(self.seen)
+        if live:
+            items: list[TransactionSummary] = []
+            keys: set[_Key] = set()
+            current = la.in_progress(self._read_pos)
+            for t in (*la.coming(), *((current,) if current is not None else ())):
+                if _key(t) not in keys:
+                    keys.add(_key(t))
+                    items.append(t)
+            items.sort(key=lambda t: (-t.size_bytes, t.start))
+            out["upcoming"] = [self._item(t) for t in items[:LISTED]]
+            out["upcoming_total"] = len(items)
+        if self._advice is not None:
+            out["advice"] = advice_dicts(self._advice, {r: since for r, (_, since) in self._firing.items()})
+        out["checked_at"] = self._checked_at
+        out["error"] = self._error
+        out["limits"] = None if self._limits is None else [
+            {"name": n, "bytes": b, "hard": h} for n, b, h in self._limits.bounds()]
+        out["apply_rate"] = apply_rate_dict(self.model)
+        return out
+
+    def _item(self, t: TransactionSummary) -> dict[str, Any]:
+        est, basis = self.model.estimate_seconds(t)
+        split = self._split(t)
+        split_out = None if split is None else {**split_dict(split), "limits_known": self._limits is not None}
+        pos = self._pos
+        applying = pos is not None and t.start <= pos and (t.end is None or pos < t.end)
+        tr = self._tracks.get(_key(t)) if applying else None
+        return {
+            "gtid": t.gtid, "kind": t.kind.value, "kind_reason": t.kind_reason,
+            "rows": t.rows_estimate, "rows_are_file_lines": t.rows == 0 and bool(t.load_data_lines),
+            "bytes": t.size_bytes, "size_basis": t.size_basis, "tables": list(t.tables),
+            "statement": t.statement, "source_exec_seconds": t.source_exec_seconds,
+            "commit_time": t.commit_time, "relay_start": str(t.start),
+            "relay_end": str(t.end) if t.end is not None else None,
+            "estimated_seconds": _finite(est), "estimate_basis": basis,
+            "split": split_out,
+            "in_progress": not t.complete,
+            "applying": applying, "applying_since": tr.started if tr is not None else None,
+        }

@@ -1,0 +1,386 @@
+"""The advisor runtime fed the way lagd.runtime feeds it: synthetic relay-log
+events into the look-ahead and the Backlog, SQL-thread positions and lag
+readings per poll. ``refresh`` needs a real server: see
+tests/integration/test_advisor_runtime.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from metrics_snapshots import full_snapshot
+from prometheus_client.parser import text_string_to_metric_families
+
+from lagd import advisor_runtime
+from lagd.advisor import ApplyRateModel, TxKind
+from lagd.advisor_runtime import AdvisorRuntime
+from lagd.backlog import Backlog
+from lagd.config import AdvisorSettings, settings_from_dict
+from lagd.lag import BacklogReading, LagInputs, LagReading, LagTracker, ReplicaState
+from lagd.metrics import render
+from lagd.relaylog import (
+    Column,
+    Event,
+    Index,
+    RelayPosition,
+    Resynced,
+    RowChange,
+    RowKind,
+    RowsQuery,
+    TableInfo,
+    TransactionEnd,
+    TransactionStart,
+)
+
+T0 = 1_700_000_000.0
+RELAY = "relay-bin.000007"
+
+
+def table(name: str) -> TableInfo:
+    pk = Index("PRIMARY", (0,), unique=True, primary=True)
+    cols = (Column("id", "LONG", False), Column("qty", "LONG", True))
+    return TableInfo("shop", name, cols, pk, (pk,), (0,), "table_map")
+
+
+ORDERS, ITEMS = table("orders"), table("items")
+
+
+def settings(**over: Any) -> AdvisorSettings:
+    base: dict[str, Any] = {"enabled": True, "lag_budget_seconds": 30.0, "big_transaction_bytes": "1MiB",
+                            "big_transaction_rows": 1000, "headroom": 0.5}
+    return settings_from_dict({"advisor": {**base, **over}}).advisor
+
+
+class Replica:
+    """Plays lagd.runtime's part: the tail task feeds the Backlog and the
+    advisor one batch at a time; a poll moves the SQL thread."""
+
+    def __init__(self, adv: AdvisorRuntime) -> None:
+        self.adv = adv
+        self.backlog = Backlog()
+        self.offset = 4
+        self.gno = 0
+        self.t = T0
+
+    def trx(
+        self, rows: int, tbl: TableInfo = ORDERS, kind: RowKind = RowKind.INSERT, text: str | None = None,
+        complete: bool = True,
+    ) -> tuple[list[Event], RelayPosition, RelayPosition]:
+        self.gno += 1
+        gtid = f"0-1-{self.gno}"
+        start = self.offset
+        size = 100 + 25 * rows
+        self.offset += size
+        ev: list[Event] = [TransactionStart(RELAY, start, "src-bin.000001", start, gtid, T0 + self.gno,
+                                            int(T0) + self.gno, 1)]
+        if text is not None:
+            ev.append(RowsQuery(text))
+        ev += [RowChange(tbl, kind, None, (i, 1)) for i in range(rows)]
+        if complete:
+            ev.append(TransactionEnd(RELAY, self.offset, "src-bin.000001", self.offset, gtid, True, self.gno,
+                                     size, rows, max(1, rows // 300), 1, frozenset({tbl.qualified})))
+        return ev, RelayPosition(RELAY, start), RelayPosition(RELAY, self.offset)
+
+    def feed(self, events: list[Any], at: RelayPosition | None = None) -> None:
+        b = self.backlog
+        for e in events:
+            if type(e) is RowChange:
+                b.row()
+            elif type(e) is TransactionStart:
+                b.start(e)
+            elif type(e) is TransactionEnd:
+                b.end(e)
+            elif type(e) is Resynced:
+                b.reset()
+        self.adv.feed(events, at or RelayPosition(RELAY, self.offset))
+
+    def poll(self, pos: RelayPosition, state: ReplicaState = ReplicaState.APPLYING, dt: float = 1.0,
+             reason: str = "transactions received, not applied") -> LagReading:
+        self.t += dt
+        self.backlog.applied_up_to(pos)
+        self.adv.applied_up_to(pos, self.backlog)
+        reading = lag_reading(self.t, state, self.backlog.transactions, reason)
+        self.adv.observe_rates(reading, self.backlog)
+        return reading
+
+
+def lag_reading(at: float, state: ReplicaState, backlog: int = 1, reason: str = "") -> LagReading:
+    base = LagTracker().update(LagInputs(now=at, monotonic=at, status=None))
+    return replace(base, state=state, state_reason=reason or state.value,
+                   backlog=BacklogReading(backlog, backlog * 100, backlog, None))
+
+
+def upcoming(adv: AdvisorRuntime) -> list[dict[str, Any]]:
+    up = adv.snapshot()["upcoming"]
+    assert isinstance(up, list)
+    return up
+
+
+# -- the look-ahead ------------------------------------------------------------
+
+
+def test_big_transactions_are_listed_biggest_first_and_counted() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    small, _, _ = r.trx(3)
+    bulk, _, _ = r.trx(1_500, ITEMS)
+    load, _, _ = r.trx(4_000, text="LOAD DATA LOCAL INFILE '/srv/x.tsv' INTO TABLE orders")
+    r.feed(small + bulk[:700])  # batches split anywhere, as the reader's are
+    r.feed(bulk[700:] + load + r.trx(2)[0])
+
+    snap = adv.snapshot()
+    assert [(u["kind"], u["rows"], u["tables"]) for u in snap["upcoming"]] == [
+        ("load_data", 4_000, ["shop.orders"]), ("bulk_insert", 1_500, ["shop.items"])]
+    first = snap["upcoming"][0]
+    assert first["bytes"] == 100 + 25 * 4_000 and first["statement"].startswith("LOAD DATA LOCAL")
+    assert first["gtid"] == "0-1-3" and not first["in_progress"] and not first["applying"]
+    assert first["estimated_seconds"] is None and "no apply rate learned yet" in first["estimate_basis"]
+    assert first["split"] is not None and first["split"]["needed"] is None  # no rate, no limits known yet
+    assert not first["split"]["limits_known"]
+    assert snap["upcoming_total"] == 2
+    zero = {k.value: 0 for k in TxKind}
+    assert snap["large_transactions_seen"] == {**zero, "load_data": 1, "bulk_insert": 1}
+    assert snap["lookahead"]["live"] and snap["lookahead"]["transactions"] == 4
+    # Not read from the server yet: not known, rather than "nothing fires".
+    assert (snap["advice"], snap["checked_at"], snap["error"], snap["apply_rate"]) == (None, None, None, None)
+    json.dumps(snap, allow_nan=False)
+
+
+def test_the_list_is_bounded() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    for n in range(advisor_runtime.LISTED + 5):
+        r.feed(r.trx(1_000 + n)[0])
+    snap = adv.snapshot()
+    listed = advisor_runtime.LISTED
+    assert len(snap["upcoming"]) == listed and snap["upcoming_total"] == listed + 5
+    assert snap["upcoming"][0]["rows"] == 1_000 + advisor_runtime.LISTED + 4
+
+
+def test_a_big_transaction_is_logged_as_it_streams_in_and_again_when_complete(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="lagd.advisor")
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    events, start, _ = r.trx(3_000, kind=RowKind.DELETE)
+    r.feed(events[:2_000], at=RelayPosition(RELAY, start.offset + 50_000))  # the reader's position
+    (u,) = upcoming(adv)
+    assert u["in_progress"] and u["relay_end"] is None and u["rows"] == 1_999
+    assert u["kind"] == "bulk_delete" and "so far" in u["kind_reason"]
+    assert adv.snapshot()["large_transactions_seen"]["bulk_delete"] == 0  # counted once complete
+    r.feed(events[2_000:])
+    (u,) = upcoming(adv)
+    assert not u["in_progress"] and u["rows"] == 3_000
+    assert adv.snapshot()["large_transactions_seen"]["bulk_delete"] == 1
+    big = [rec for rec in caplog.records if rec.getMessage().startswith("big transaction")]
+    assert len(big) == 2 and "being received" in big[0].getMessage()
+    assert (big[0].kind, big[0].bytes) == ("bulk_delete", 50_000)  # type: ignore[attr-defined]
+    # Only the second line has the final numbers.
+    assert "big transaction coming" in big[1].getMessage() and big[1].rows == 3_000  # type: ignore[attr-defined]
+
+
+def test_a_new_big_transaction_is_logged_with_its_numbers(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="lagd.advisor")
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    r.feed(r.trx(2_000, text="UPDATE shop.orders SET qty = 0")[0])
+    (rec,) = caplog.records
+    assert rec.name == "lagd.advisor" and rec.levelno == logging.INFO  # no rate: not known to be over budget
+    assert "big transaction coming: bulk_update" in rec.getMessage()
+    got = {k: getattr(rec, k) for k in ("kind", "rows", "bytes", "estimated_seconds", "gtid", "in_progress")}
+    assert got == {"kind": "bulk_update", "rows": 2_000, "bytes": 50_100, "estimated_seconds": None,
+                   "gtid": "0-1-1", "in_progress": False}
+
+
+def test_a_restarted_reader_does_not_count_again_and_resynced_clears() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    events, _, _ = r.trx(1_200)
+    r.feed(events)
+    adv.reset()  # what the runtime does when it starts a new reader at the SQL thread
+    assert upcoming(adv) == []
+    r.feed(events)  # read again from the SQL thread's position
+    assert len(upcoming(adv)) == 1 and adv.snapshot()["large_transactions_seen"]["bulk_insert"] == 1
+    r.feed([Resynced(RelayPosition(RELAY, 4), RelayPosition("relay-bin.000009", 4), "file purged")])
+    assert upcoming(adv) == [] and adv.snapshot()["lookahead"]["resyncs"] == 1
+
+
+def test_an_idle_reader_makes_the_list_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    adv = AdvisorRuntime(settings())
+    assert adv.snapshot()["upcoming"] is None  # the reader has not started
+    assert "not started" in adv.snapshot()["lookahead"]["reason"]
+    r = Replica(adv)
+    r.feed([])
+    assert adv.snapshot()["upcoming"] == []  # known: nothing big is coming
+    now = advisor_runtime.time.monotonic()
+    monkeypatch.setattr(advisor_runtime.time, "monotonic",
+                        lambda: now + advisor_runtime.LOOKAHEAD_STALE_SECONDS + 1)
+    snap = adv.snapshot()
+    assert snap["upcoming"] is None and not snap["lookahead"]["live"]
+
+
+# -- apply rates ------------------------------------------------------------------
+
+
+def test_rates_are_learned_from_busy_polls_and_give_estimates() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    ends = []
+    for _ in range(40):
+        ev, _, end = r.trx(10)  # 350 bytes, 10 rows
+        r.feed(ev)
+        ends.append(end)
+    big, big_start, _ = r.trx(9_000)
+    r.feed(big)
+    r.poll(RelayPosition(RELAY, 4))  # busy from here on
+    for i in range(4, 40, 4):  # 4 transactions (40 rows, 1,400 bytes) a second
+        r.poll(ends[i - 1])
+    rate = adv.snapshot()["apply_rate"]
+    assert rate is not None and rate["scope"] == "all tables" and rate["tables"] == {}
+    assert rate["bytes_per_second"] == pytest.approx(1_400)
+    assert rate["observed_seconds"] == pytest.approx(9, rel=0.03)  # decayed with a 300 s half-life
+    assert rate["rows_per_second"] is None  # 360 rows: fewer than the model's 1,000 to trust a rows rate
+    (u,) = upcoming(adv)
+    assert u["estimated_seconds"] == pytest.approx(u["bytes"] / 1_400)
+    assert u["split"]["needed"] is True and u["split"]["chunk_bytes"] <= 0.5 * 30 * 1_400
+    assert big_start == ends[-1]
+
+
+def test_intervals_that_start_without_work_or_in_sql_delay_do_not_count() -> None:
+    adv = AdvisorRuntime(settings())
+    adv.model = ApplyRateModel(min_seconds=1e-6)  # any observed second gives a rate
+    r = Replica(adv)
+    ev, _, end = r.trx(10)
+    r.feed(ev)
+    r.poll(RelayPosition(RELAY, 4), ReplicaState.IDLE)
+    r.poll(RelayPosition(RELAY, 4), ReplicaState.STOPPED, dt=100)
+    r.poll(RelayPosition(RELAY, 4), reason="waiting out SQL_Delay=3600 s, 20 s remaining", dt=100)
+    r.poll(end, ReplicaState.IDLE)
+    assert adv.model.rate() is None
+
+
+def test_a_long_gap_between_polls_is_not_trusted() -> None:
+    adv = AdvisorRuntime(settings())
+    adv.model = ApplyRateModel(min_seconds=1e-6)
+    r = Replica(adv)
+    ev, _, end = r.trx(10)
+    r.feed(ev)
+    r.poll(RelayPosition(RELAY, 4))
+    r.poll(end, ReplicaState.IDLE, dt=advisor_runtime.MAX_POLL_GAP + 1)
+    assert adv.model.rate() is None
+    adv.observe_rates(None, r.backlog)  # no reading: the next interval starts afresh
+    r.poll(end)
+    assert adv.model.rate() is None
+
+
+def test_a_big_transaction_is_timed_for_its_table(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="lagd.advisor")
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    ev, start, end = r.trx(6_000, text="INSERT INTO shop.orders SELECT * FROM shop.staging")
+    r.feed(ev)
+    r.poll(start, ReplicaState.STOPPED)  # stopped right before it: not being applied
+    (u,) = upcoming(adv)
+    assert u["applying"] and u["applying_since"] is None  # at its start, not timed while stopped
+    t_stopped = r.t
+    for _ in range(6):
+        r.poll(start)
+    (u,) = upcoming(adv)
+    assert u["applying"] and u["applying_since"] == pytest.approx(t_stopped + 0.5)
+    r.poll(end, ReplicaState.IDLE)
+    assert upcoming(adv) == []
+    # From midway between the stopped poll and the first applying one, to
+    # midway between the last applying poll and the one past its end: 6 s.
+    rates = adv.model.table_rates()
+    assert list(rates) == ["shop.orders"]
+    assert rates["shop.orders"].rows_per_second == pytest.approx(1_000)
+    assert adv.snapshot()["apply_rate"]["tables"]["shop.orders"]["rows_per_second"] == pytest.approx(1_000)
+    done = [rec for rec in caplog.records if rec.getMessage().startswith("big transaction applied")]
+    assert len(done) == 1 and done[0].applied_seconds == pytest.approx(6)  # type: ignore[attr-defined]
+
+    # The next load onto that table is estimated at that table's rate.
+    ev2, _, _ = r.trx(12_000, text="INSERT INTO shop.orders SELECT * FROM shop.staging")
+    r.feed(ev2)
+    (u,) = upcoming(adv)
+    assert u["estimated_seconds"] == pytest.approx(12) and "table shop.orders" in u["estimate_basis"]
+
+
+def test_a_stop_inside_a_big_transaction_restarts_its_timing() -> None:
+    adv = AdvisorRuntime(settings())
+    adv.model = ApplyRateModel(min_seconds=1)
+    r = Replica(adv)
+    ev, start, end = r.trx(6_000)
+    r.feed(ev)
+    r.poll(RelayPosition(RELAY, 4))
+    r.poll(start)
+    r.poll(start, ReplicaState.STOPPED, dt=500)  # STOP SLAVE rolls it back
+    r.poll(start, ReplicaState.STOPPED)
+    for _ in range(3):
+        r.poll(start)
+    r.poll(end, ReplicaState.IDLE)
+    # Timed from the restart only: 3 s, not the 500 s it was stopped.
+    assert adv.model.table_rates()["shop.orders"].seconds == pytest.approx(3, rel=0.01)
+
+
+# -- enabled / disabled ------------------------------------------------------------
+
+
+def test_disabled_does_nothing_and_says_so() -> None:
+    adv = AdvisorRuntime(settings(enabled=False))
+    r = Replica(adv)
+    r.feed(r.trx(5_000)[0])
+    r.poll(RelayPosition(RELAY, 4))
+    snap = adv.snapshot()
+    assert snap["enabled"] is False and "advisor.enabled" in snap["reason"]
+    assert all(snap[k] is None for k in ("upcoming", "large_transactions_seen", "advice", "apply_rate"))
+    adv.configure(settings(big_transaction_rows=100))
+    r.feed(r.trx(200)[0])
+    assert [u["rows"] for u in upcoming(adv)] == [200] and adv.lookahead.config.big_rows == 100
+    adv.configure(settings(enabled=False))
+    assert adv.snapshot()["upcoming"] is None and adv.lookahead.coming() == ()
+
+
+@pytest.mark.asyncio
+async def test_refresh_does_nothing_when_disabled() -> None:
+    async def blocking(fn: Any) -> Any:
+        raise AssertionError("no server access while disabled")
+
+    adv = AdvisorRuntime(settings(enabled=False))
+    await adv.refresh(blocking, None)
+    assert adv.snapshot()["checked_at"] is None
+
+
+def test_a_config_reload_changes_the_thresholds_for_what_comes_next() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    r.feed(r.trx(1_500)[0])
+    adv.configure(settings(big_transaction_rows=2_000, lag_budget_seconds=5.0))
+    r.feed(r.trx(1_500)[0])
+    snap = adv.snapshot()
+    assert [u["rows"] for u in snap["upcoming"]] == [1_500] and snap["lag_budget_seconds"] == 5.0
+
+
+# -- the snapshot as its readers read it ------------------------------------------
+
+
+def test_the_snapshot_feeds_the_metrics() -> None:
+    adv = AdvisorRuntime(settings())
+    adv.model = ApplyRateModel(min_seconds=1)
+    r = Replica(adv)
+    r.feed(r.trx(10)[0])
+    r.poll(RelayPosition(RELAY, 4))
+    r.poll(RelayPosition(RELAY, r.offset), ReplicaState.IDLE)
+    r.feed(r.trx(2_000, text="LOAD DATA INFILE 'f' INTO TABLE orders")[0] + r.trx(1_000, ITEMS)[0])
+    text = render(lambda: full_snapshot(advisor=adv.snapshot())).decode()
+    got = {(s.name, s.labels.get("kind")): s.value
+           for f in text_string_to_metric_families(text) for s in f.samples}
+    assert got[("lagd_upcoming_transactions", None)] == 2
+    assert got[("lagd_upcoming_transaction_rows", None)] == 2_000
+    assert got[("lagd_upcoming_transaction_stall_seconds", None)] > 0
+    assert got[("lagd_large_transactions_seen_total", "load_data")] == 1
+    assert got[("lagd_large_transactions_seen_total", "bulk_insert")] == 1
+    json.dumps(adv.snapshot(), allow_nan=False)

@@ -1,0 +1,460 @@
+"""The prefetch engine: a cursor in the relay log, kept a little ahead of the SQL thread.
+
+One asyncio task owns the cursor (a RelayLogReader), the window of
+transactions read but not yet applied, and the probe pool. Each step it
+looks at where the SQL thread stands and asks ``control.decide_step`` what to
+do: read on and submit probes, wait, jump ahead when overtaken, or pause.
+The cursor never goes back to the SQL thread's position to rescan; when the
+SQL thread passes it, it jumps to where the SQL thread is and counts what it
+skipped as late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from lagd.monitor import ReplicaMonitor, Sample
+from lagd.prefetch import control
+from lagd.prefetch.pool import Outcome, ProbePool
+from lagd.relaylog import (
+    CorruptEvent,
+    Ddl,
+    RelayLogReader,
+    RelayPosition,
+    Resynced,
+    RowChange,
+    Statement,
+    TransactionEnd,
+    TransactionStart,
+)
+
+log = logging.getLogger("lagd.prefetch")
+
+_CAUGHT_UP_BYTES = 4096  # Read - Exec source position under this: nothing to get ahead of
+
+
+@dataclass(slots=True)
+class _Trx:
+    seq: int
+    commit_time: float
+    end: tuple[int, int] | None = None  # (file sequence, offset): compared per event, kept cheap
+    rows: int = 0
+    bytes: int = 0
+    probed: int = 0  # keys probed for it: pages it may hold in the pool
+
+
+@dataclass(slots=True)
+class PrefetchCounters:
+    events: int = 0
+    row_changes: int = 0
+    transactions: int = 0
+    probes_submitted: int = 0
+    rows_probed: int = 0  # submitted
+    rows_done: int = 0  # in probes that finished: the ones whose reads the server has counted
+    in_time: int = 0
+    late: int = 0
+    dropped: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    jumps: int = 0
+    resyncs: int = 0
+    corrupt: int = 0
+    windows: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PrefetchSnapshot:
+    """What the metrics and /status show; a copy, safe to hand out."""
+
+    state: str  # "active", "idle", "paused", "backed_off", "off"
+    reason: str
+    counters: dict[str, Any]
+    lead_transactions: int
+    lead_rows: int
+    lead_bytes: int
+    lead_seconds: float
+    lead_pages: int
+    target_transactions: int
+    connections: int
+    benefit: float | None
+    probe_latency_avg: float | None
+    cursor: str | None
+    pool: dict[str, Any]
+
+
+_COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
+
+
+class PrefetchEngine:
+    def __init__(self, reader: RelayLogReader, monitor: ReplicaMonitor, pool: ProbePool,
+                 batcher: Any, limits: control.Limits, tuning: control.Tuning, *,
+                 window_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.reader = reader
+        self.monitor = monitor
+        self.pool = pool
+        self.batcher = batcher
+        self.limits = limits
+        self.tuning = tuning
+        self.window_seconds = window_seconds
+        self._clock = clock
+        self.counters = PrefetchCounters()
+        # Start with half the page budget as lead: far enough ahead that probes
+        # finish before the SQL thread arrives, well short of evicting them.
+        self.ctl = control.initial_state(tuning, pool.size, limits.max_pages // 2)
+        self._ahead: collections.deque[_Trx] = collections.deque()
+        self._by_seq: dict[int, _Trx] = {}
+        self._current: _Trx | None = None
+        self._pending_seq: int | None = None  # oldest transaction with keys not yet in a probe
+        self._seq = 0
+        self._applied_seq = 0  # every transaction up to this one is applied
+        self._lead_rows = self._lead_bytes = self._lead_pages = 0
+        self.state, self.reason = "starting", "starting"
+        self._sql_pos: tuple[int, int] | None = None
+        self._file_seq: dict[str, int] = {}
+        self._head_since: float | None = None  # when the SQL thread reached the head transaction
+        self._apply_rows_per_s = 0.0
+        self._win: dict[str, float] = {}
+        self.static_off = control.pool_too_small(limits)
+        self._sample: Sample | None = None
+        self._new_sample = asyncio.Event()
+        self.poll_active = 0.02  # seconds between status polls while prefetching
+        self.poll_idle = 0.25
+        self._checked_rows = 0
+        self._checked_reads = -1.0
+        self._windows_since_compare = 0
+        pool._on_done = self._on_done  # the engine accounts for every probe
+
+    # ----- accounting ---------------------------------------------------
+
+    def _on_done(self, probe: Any, tag: Any, outcome: Outcome) -> None:
+        trx = self._by_seq.get(tag) if isinstance(tag, int) else None
+        if outcome.status == "dropped":
+            self.counters.dropped += 1
+        elif outcome.status == "ok":
+            self.counters.rows_done += probe.rows
+            if isinstance(tag, int) and tag > self._applied_seq:
+                self.counters.in_time += 1
+            else:
+                self.counters.late += 1
+        if outcome.status != "ok" and trx is not None:
+            trx.probed -= probe.rows
+            self._lead_pages -= probe.rows
+
+    def _skip(self, reason: str, n: int = 1) -> None:
+        self.counters.skipped[reason] = self.counters.skipped.get(reason, 0) + n
+
+    def _key(self, file: str, offset: int) -> tuple[int, int]:
+        seq = self._file_seq.get(file)
+        if seq is None:
+            if len(self._file_seq) > 1000:
+                self._file_seq.clear()
+            seq = self._file_seq[file] = RelayPosition(file, 4).sequence
+        return (seq, offset)
+
+    def _advance_sql(self, pos: tuple[int, int], now: float) -> int:
+        """Pop what the SQL thread has applied; returns rows applied."""
+        rows = 0
+        moved = self._sql_pos is None or pos != self._sql_pos
+        self._sql_pos = pos
+        while self._ahead and self._ahead[0].end is not None and self._ahead[0].end <= pos:
+            t = self._ahead.popleft()
+            self._by_seq.pop(t.seq, None)
+            self._applied_seq = t.seq
+            rows += t.rows
+            self._lead_rows -= t.rows
+            self._lead_bytes -= t.bytes
+            self._lead_pages -= t.probed
+        if moved:
+            self._head_since = now
+        return rows
+
+    def _lead(self, now: float) -> control.Lead:
+        pages, rows = self._lead_pages, self._lead_rows
+        head = self._ahead[0] if self._ahead else None
+        if head is not None and self._head_since is not None and head.rows > 1000:
+            # Inside a huge transaction Relay_Log_Pos stands still until it
+            # commits; assume the SQL thread eats rows at its recent rate.
+            eaten = int(self._apply_rows_per_s * (now - self._head_since))
+            pages, rows = max(0, pages - eaten), max(0, rows - eaten)
+        seconds = 0.0
+        if self._ahead:
+            newest = self._current or self._ahead[-1]
+            seconds = max(0.0, newest.commit_time - self._ahead[0].commit_time)
+        return control.Lead(len(self._ahead), rows, self._lead_bytes, seconds, pages)
+
+    def _reset_window(self) -> None:
+        self._ahead.clear()
+        self._by_seq.clear()
+        self._current = None
+        self._applied_seq = self._seq
+        self._lead_rows = self._lead_bytes = self._lead_pages = 0
+        self._pending_seq = None
+        self.batcher.reset()
+
+    # ----- the cursor ---------------------------------------------------
+
+    def _submit(self, probes: list[Any]) -> None:
+        # A batch can hold keys of several transactions; it is tagged with the
+        # oldest, so "in time" means in time for all of them.
+        tag = self._pending_seq if self._pending_seq is not None else self._seq
+        for p in probes:
+            if not self.pool.submit(p, tag):
+                self._skip("pool_full")
+                continue
+            self.counters.probes_submitted += 1
+            self.counters.rows_probed += p.rows
+            trx = self._by_seq.get(tag)
+            if trx is not None:
+                trx.probed += p.rows
+            self._lead_pages += p.rows
+
+    def _read(self, budget: int) -> None:
+        batch = self.reader.read(budget)
+        c = self.counters
+        c.events += len(batch)
+        for e in batch:
+            if isinstance(e, RowChange):
+                c.row_changes += 1
+                cur = self._current
+                if cur is not None:
+                    cur.rows += 1
+                    self._lead_rows += 1
+                if self._pending_seq is None:
+                    self._pending_seq = self._seq
+                self._submit(self.batcher.add(e))
+            elif isinstance(e, TransactionStart):
+                self._seq += 1
+                trx = _Trx(self._seq, e.commit_time)
+                self._current = trx
+                self._ahead.append(trx)
+                self._by_seq[trx.seq] = trx
+            elif isinstance(e, TransactionEnd):
+                c.transactions += 1
+                cur = self._current
+                if cur is not None:
+                    cur.end = self._key(e.relay_file, e.relay_offset)
+                    cur.bytes = e.size
+                    self._lead_bytes += e.size
+                self._current = None
+            elif isinstance(e, Statement):
+                self._submit(self.batcher.add_statement(e))
+            elif isinstance(e, Ddl):
+                # Probes past a DDL would run against the old definition.
+                self._submit(self.batcher.flush())
+            elif isinstance(e, Resynced):
+                c.resyncs += 1
+                self._reset_window()
+            elif isinstance(e, CorruptEvent):
+                c.corrupt += 1
+        self._submit(self.batcher.flush())
+        self._pending_seq = None
+
+    def _jump(self, pos: RelayPosition) -> None:
+        skipped = sum(1 for t in self._ahead if t.probed == 0)
+        self._skip("overtaken", skipped)
+        self.counters.jumps += 1
+        self.pool.drop_queued()
+        self.reader.seek(pos)
+        self._reset_window()
+
+    # ----- the loop -----------------------------------------------------
+
+    async def _poll_loop(self, stop: asyncio.Event) -> None:
+        """Keep the latest status at hand: often while working, rarely while idle."""
+        while not stop.is_set():
+            self._sample = await self.monitor.poll()
+            self._new_sample.set()
+            busy = self.state == "active"
+            await asyncio.sleep(self.poll_active if busy else self.poll_idle)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self.pool.start()
+        self._new_sample = asyncio.Event()
+        poller = asyncio.create_task(self._poll_loop(stop), name="prefetch-poll")
+        next_window = self._clock() + self.window_seconds
+        next_check = self._clock() + 1.0
+        last_quick = 0.0
+        await self._start_window()
+        self._checked_rows, self._checked_reads = self.counters.rows_done, self._win["reads"]
+        try:
+            while not stop.is_set():
+                if self._sample is None:
+                    await self._new_sample.wait()
+                    continue
+                now = self._clock()
+                delay = self._step(self._sample, now)
+                if now >= next_window:
+                    await self._end_window(now)
+                    next_window = now + self.window_seconds
+                elif now >= next_check or (self.counters.rows_done - self._checked_rows >= 256
+                                           and now - last_quick >= 0.1):
+                    # Soon after probing starts: a replica whose data is in memory
+                    # must not pay for probes for a whole window.
+                    await self._quick_check(now)
+                    next_check, last_quick = now + 1.0, now
+                if delay > 0:
+                    # Until the next status (the SQL thread may have moved) or the delay.
+                    self._new_sample.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._new_sample.wait(), delay)
+                else:
+                    await asyncio.sleep(0)
+        finally:
+            poller.cancel()
+            await asyncio.gather(poller, return_exceptions=True)
+            await self.pool.close()
+
+    def _step(self, sample: Sample, now: float) -> float:
+        st = sample.status
+        if st is None:
+            self.state, self.reason = "paused", sample.error or "no replica status"
+            return 1.0
+        pos = RelayPosition(st.relay_log_file, st.relay_log_pos)
+        applied = self._advance_sql(self._key(pos.file, pos.offset), now)
+        self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
+        if not st.sql_running:
+            self.state, self.reason = "paused", "the SQL thread is stopped"
+            return 0.5
+        if self.static_off is not None:
+            # Off by a standing verdict: only keep the cursor with the SQL thread.
+            if pos > self.reader.position:
+                self.reader.seek(pos)
+                self._reset_window()
+            self.state, self.reason = "off", self.static_off
+            return 0.5
+        same_file = st.read_source_log_file == st.relay_source_log_file
+        backlog = st.read_source_log_pos - st.exec_source_log_pos if same_file else None
+        overtaken = pos > self.reader.position
+        if backlog is not None and 0 <= backlog < _CAUGHT_UP_BYTES and not self._ahead:
+            # Caught up: follow the SQL thread without decoding or probing.
+            if overtaken:
+                self.reader.seek(pos)
+                self._reset_window()
+            self.state, self.reason = "idle", "the replica is caught up"
+            return 0.25
+        step = control.decide_step(
+            sql_running=True, overtaken=overtaken, at_tail=self.reader.at_tail,
+            enabled=self.ctl.enabled, lead=self._lead(now),
+            target_transactions=self.ctl.target_transactions, limits=self.limits)
+        self.reason = step.reason
+        if step.action == "jump":
+            self._jump(pos)
+            self.state = "active"
+            return 0.0
+        if step.action == "read":
+            self.state = "active"
+            if self.pool.queued > self.pool.size * 4:
+                return 0.002  # the connections are busy: reading more only queues
+            self._read(64 * 1024)
+            return 0.0
+        if step.action == "idle":
+            self.reader.at_tail = False  # look again next time
+            self.state = "active"
+            return 0.02
+        self.state = "backed_off" if not self.ctl.enabled else "active"
+        return 0.01 if self.ctl.enabled else 0.1
+
+    async def _start_window(self) -> None:
+        self._win = {"t0": self._clock(), "probed": self.counters.rows_done,
+                     "in_time": self.counters.in_time, "late": self.counters.late, "applied_rows": 0,
+                     "reads": await self._pool_reads()}
+
+    async def _pool_reads(self) -> float:
+        try:
+            got = await self.monitor.global_status("Innodb_buffer_pool_reads")
+        except Exception:
+            return -1.0
+        return float(got.get("Innodb_buffer_pool_reads", -1))
+
+    async def _quick_check(self, now: float) -> None:
+        """Every second or 256 probed rows: stop at once when there is nothing to warm."""
+        rows = self.counters.rows_done
+        if not self.ctl.enabled or not self.tuning.adaptive or rows == self._checked_rows:
+            self._checked_rows = rows
+            return
+        reads = await self._pool_reads()
+        last_rows, last_reads = self._checked_rows, self._checked_reads
+        self._checked_rows, self._checked_reads = rows, reads
+        if reads < 0 or last_reads < 0:
+            return
+        w = control.Window(0.0, True, 0, rows - last_rows, int(reads - last_reads), 0, 0)
+        if w.probed_rows < 1000 and control.nothing_to_warm(w) is None:
+            # Too few keys to judge thrashing: keep counting from the same start.
+            self._checked_rows, self._checked_reads = last_rows, last_reads
+        shorter = control.thrashing(w)
+        if shorter is not None:
+            target = max(self.tuning.min_transactions, self.ctl.target_transactions // 2)
+            self.limits = replace(self.limits, max_pages=max(64, self.limits.max_pages // 2))
+            if target == self.ctl.target_transactions and self.limits.max_pages <= 64:
+                self.ctl = replace(self.ctl, enabled=False, backoff_windows=self.tuning.backoff,
+                                   reason=shorter + ", and it is as short as it goes: backing off")
+            else:
+                self.ctl = replace(self.ctl, target_transactions=target, reason=shorter)
+            log.info("prefetch control: %s", self.ctl.reason)
+            return
+        why = control.nothing_to_warm(w)
+        if why is not None:
+            self.ctl = replace(self.ctl, enabled=False, backoff_windows=self.tuning.backoff, reason=why)
+            self.pool.drop_queued()
+            log.info("prefetch control: %s", why)
+
+    async def _end_window(self, now: float) -> None:
+        w0 = self._win
+        reads = await self._pool_reads()
+        seconds = max(1e-6, now - w0["t0"])
+        applied = int(w0.get("applied_rows", 0))
+        self._apply_rows_per_s = 0.7 * self._apply_rows_per_s + 0.3 * applied / seconds
+        window = control.Window(
+            seconds=seconds, prefetching=self.ctl.enabled, applied_rows=applied,
+            probed_rows=self.counters.rows_done - int(w0["probed"]),
+            pool_reads=int(reads - w0["reads"]) if reads >= 0 and w0["reads"] >= 0 else 10**9,
+            in_time=self.counters.in_time - int(w0["in_time"]), late=self.counters.late - int(w0["late"]))
+        self.counters.windows += 1
+        busy = applied > 0 or window.probed_rows > 0
+        if busy:
+            before = self.ctl
+            self.ctl = control.evaluate(self.ctl, window, self.tuning, self._windows_since_compare)
+            self._windows_since_compare = 0 if before.enabled != self.ctl.enabled or not window.prefetching \
+                else self._windows_since_compare + 1
+            if self.ctl.reason != before.reason:
+                log.info("prefetch control: %s", self.ctl.reason)
+            if self.ctl.connections != self.pool.size:
+                await self.pool.resize(self.ctl.connections)
+        await self._start_window()
+
+    def snapshot(self) -> PrefetchSnapshot:
+        now = self._clock()
+        lead = self._lead(now)
+        c = self.counters
+        pc = self.pool.counters
+        state = "backed_off" if not self.ctl.enabled and self.state == "active" else self.state
+        return PrefetchSnapshot(
+            state=state, reason=self.ctl.reason if state == "backed_off" else self.reason,
+            counters={**{k: getattr(c, k) for k in _COUNTER_FIELDS if k != "skipped"},
+                      "skipped": {**dict(c.skipped), **dict(getattr(self.batcher, "skipped", {}))}},
+            lead_transactions=lead.transactions, lead_rows=lead.rows, lead_bytes=lead.bytes,
+            lead_seconds=lead.seconds, lead_pages=lead.pages,
+            target_transactions=self.ctl.target_transactions, connections=self.pool.size,
+            benefit=self.ctl.benefit,
+            probe_latency_avg=(pc.latency_sum / pc.issued) if pc.issued else None,
+            cursor=f"{self.reader.position.file}:{self.reader.position.offset}",
+            pool={"issued": pc.issued, "latency_sum": pc.latency_sum, "succeeded": pc.succeeded,
+                  "failed": pc.failed,
+                  "timed_out": pc.timed_out, "refused": pc.refused, "rows_found": pc.rows_found,
+                  "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
+                  "last_error": self.pool.last_error},
+        )
+
+
+def with_limits(engine: PrefetchEngine, limits: control.Limits) -> None:
+    """Apply new limits on reload (the window and counters carry on)."""
+    engine.limits = limits
+    engine.ctl = replace(engine.ctl, target_transactions=min(
+        max(engine.ctl.target_transactions, limits.min_transactions), limits.max_transactions))

@@ -1,0 +1,140 @@
+"""Which MySQL client runs lagd's probe SELECTs cheapest: a side-by-side run.
+
+The prefetcher's cost is client CPU per probe (lesson 2 of the prefetch
+issue), so each driver runs the same probes on the same sandbox replica (table
+in the buffer pool, so the server answers fast and the client's cost shows):
+`SELECT 1 FROM t FORCE INDEX (PRIMARY) WHERE id IN (16 ids)`, over N
+concurrent connections. It prints probes per second and client CPU
+microseconds per probe (this process: one core at most for asyncio).
+
+    .venv/bin/python -m tests.bench.bench_drivers [--probes 20000] [--connections 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pymysql
+
+from lagd.sandbox import Sandbox, SandboxConfig
+
+SQL = "SELECT 1 FROM t FORCE INDEX (PRIMARY) WHERE id IN ({})".format(", ".join(["%s"] * 16))
+ROWS = 100_000
+
+
+def probes(n: int, seed: int = 7) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randint(1, ROWS) for _ in range(16)] for _ in range(n)]
+
+
+def run_pymysql_threads(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None:
+    it = iter(work)
+    lock = threading.Lock()
+
+    def worker() -> None:
+        c = pymysql.connect(**dsn, database="bench", autocommit=True)
+        try:
+            with c.cursor() as cur:
+                while True:
+                    with lock:
+                        ids = next(it, None)
+                    if ids is None:
+                        return
+                    cur.execute(SQL, ids)
+                    cur.fetchall()
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=worker) for _ in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+async def _run_async(connect: Callable[[], Awaitable[Any]], work: list[list[int]], conns: int) -> None:
+    queue: asyncio.Queue[list[int]] = asyncio.Queue()
+    for ids in work:
+        queue.put_nowait(ids)
+
+    async def worker() -> None:
+        c = await connect()
+        try:
+            async with c.cursor() as cur:
+                while not queue.empty():
+                    ids = queue.get_nowait()
+                    await cur.execute(SQL, ids)
+                    await cur.fetchall()
+        finally:
+            c.close()
+
+    await asyncio.gather(*(worker() for _ in range(conns)))
+
+
+def run_asyncmy(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None:
+    import asyncmy  # type: ignore[import-untyped]  # noqa: PLC0415 - only when measured
+
+    async def connect() -> Any:
+        return await asyncmy.connect(**dsn, database="bench", autocommit=True)
+
+    asyncio.run(_run_async(connect, work, conns))
+
+
+def run_aiomysql(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None:
+    import aiomysql  # type: ignore[import-untyped]  # noqa: PLC0415 - only when measured
+
+    async def connect() -> Any:
+        return await aiomysql.connect(**dsn, db="bench", autocommit=True)
+
+    asyncio.run(_run_async(connect, work, conns))
+
+
+DRIVERS = {"pymysql+threads": run_pymysql_threads, "asyncmy": run_asyncmy, "aiomysql": run_aiomysql}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--probes", type=int, default=20_000)
+    ap.add_argument("--connections", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    args = ap.parse_args()
+    with Sandbox(SandboxConfig(replica_buffer_pool_mb=128)) as sb:
+        sb.source.query("CREATE DATABASE bench")
+        sb.source.query("CREATE TABLE bench.t (id INT PRIMARY KEY, k INT, c CHAR(120))")
+        conn = sb.source.connect("bench")
+        with conn.cursor() as cur:
+            for lo in range(1, ROWS + 1, 5000):
+                cur.executemany("INSERT INTO t VALUES (%s, %s, 'c')",
+                                [(i, i) for i in range(lo, lo + 5000)])
+        conn.close()
+        sb.wait_caught_up(timeout=120)
+        dsn = sb.replica().dsn.as_kwargs()
+        work = probes(args.probes)
+        run_pymysql_threads(dsn, work[:2000], args.connections)  # warm the pool
+        results: dict[str, dict[str, float]] = {}
+        for _ in range(args.rounds):  # interleaved, best of rounds: the machine is noisy
+            for name, fn in DRIVERS.items():
+                w0, c0 = time.perf_counter(), time.process_time()
+                fn(dsn, work, args.connections)
+                wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+                best = results.get(name)
+                if best is None or cpu < best["cpu_s"]:
+                    results[name] = {"wall_s": wall, "cpu_s": cpu}
+    print(f"{args.probes} probes of 16 ids, {args.connections} connections, best of {args.rounds}")
+    print(f"{'driver':<18}{'probes/s':>10}{'client CPU us/probe':>22}")
+    for name, r in results.items():
+        print(f"{name:<18}{args.probes / r['wall_s']:>10,.0f}{1e6 * r['cpu_s'] / args.probes:>22.1f}")
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

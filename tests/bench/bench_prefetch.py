@@ -1,0 +1,358 @@
+"""Catch-up benchmark: how much faster a cold replica applies a backlog with lagd prefetching.
+
+Setup (cached, see prefetch_setup.py): a sysbench-like table at least 16x the
+replica's 256 MB buffer pool (O_DIRECT, so the OS page cache hides nothing)
+and, per workload, a backlog of row changes in the replica's relay log.
+
+Each run restores the base replica with one workload's backlog, restarts it
+cold, optionally starts lagd, starts the SQL thread and times it until it has
+applied everything. In one invocation, per workload:
+
+  cold            256 MB pool, no lagd
+  prefetch        256 MB pool, lagd prefetching
+  hot             a pool holding the whole table, warmed first: the physical bound
+  parallel        MariaDB parallel replication, 8 threads, optimistic, no lagd
+  parallel+pf     the same with lagd
+
+and two harm checks on update_pk: the whole table in memory, and a 32 MB pool,
+each with and without lagd. It prints a table and JSON, plots replica lag
+over time, and writes docs/benchmarks.md.
+
+    .venv/bin/python -m tests.bench.bench_prefetch [--workloads update_pk,...] [--modes ...]
+        [--rows 20000000] [--changes 50000] [--setup-only] [--rebuild]
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lagd.relaylog import LogFiles, RelayLogReader, TableMapResolver, TransactionEnd, TransactionStart
+from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox_server import default_cache_dir
+from tests.bench import prefetch_setup
+
+MODES = {
+    # name: (buffer pool, parallel threads, lagd prefetching, warm the pool first)
+    "cold": ("256M", 0, False, False),
+    "prefetch": ("256M", 0, True, False),
+    "hot": ("6G", 0, False, True),
+    "parallel": ("256M", 8, False, False),
+    "parallel+pf": ("256M", 8, True, False),
+    "harm_hot": ("6G", 0, False, True),
+    "harm_hot+pf": ("6G", 0, True, True),
+    "harm_32m": ("32M", 0, False, False),
+    "harm_32m+pf": ("32M", 0, True, False),
+}
+DEFAULT_MODES = "cold,prefetch,hot,parallel,parallel+pf"
+HARM_MODES = "harm_hot,harm_hot+pf,harm_32m,harm_32m+pf"
+SERVER_OPTIONS: dict[str, str] = {}  # extra replica options for every run (--server-options)
+PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-options)
+POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
+
+
+@dataclass
+class Run:
+    workload: str
+    mode: str
+    seconds: float
+    rows: int
+    pool_reads: int
+    lagd_cpu: float | None
+    lag: list[tuple[float, float]]  # (seconds since start, lag behind the backlog's end in source seconds)
+    prefetch: dict[str, Any] | None
+    server_cpu: float = 0.0  # the replica's mariadbd, CPU seconds during the run
+    server_io: dict[str, int] | None = None  # InnoDB counters' deltas during the run
+
+    @property
+    def rate(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def commit_times(datadir: Path) -> tuple[list[int], list[float], float, int]:
+    """Source end positions of the backlog's transactions, their commit times, and row changes."""
+    index = next(datadir.glob("*-relay-bin.index"))
+    reader = RelayLogReader(LogFiles(index), resolver=TableMapResolver())
+    ends: list[int] = []
+    times: list[float] = []
+    commit = 0.0
+    rows = 0
+    while True:
+        batch = reader.read(1 << 24)
+        if not batch and reader.at_tail:
+            break
+        for e in batch:
+            if isinstance(e, TransactionStart):
+                commit = e.commit_time
+            elif isinstance(e, TransactionEnd) and e.source_pos is not None:
+                ends.append(e.source_pos)
+                times.append(commit)
+                rows += e.rows
+    reader.close()
+    return ends, times, (times[-1] if times else 0.0), rows
+
+
+def _machine_busy() -> tuple[float, float]:
+    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+    v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = v[3] + v[4]
+    tick = os.sysconf("SC_CLK_TCK")
+    return (sum(v) - idle) / tick, sum(v) / tick
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+STATUS_VARS = ("Innodb_buffer_pool_reads", "Innodb_buffer_pool_wait_free", "Innodb_buffer_pool_pages_flushed",
+               "Innodb_data_writes")
+
+
+def _status(server: Any) -> dict[str, int]:
+    names = ", ".join(f"'{n}'" for n in STATUS_VARS)
+    rows = server.query(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
+    return {r["Variable_name"]: int(r["Value"]) for r in rows}
+
+
+def _pool_reads(server: Any) -> int:
+    return _status(server)["Innodb_buffer_pool_reads"]
+
+
+def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode: str) -> Run:
+    pool, threads, prefetch, warm = MODES[mode]
+    rep = sb.replica()
+    if rep.is_alive():
+        rep.send_signal(signal.SIGTERM)
+        rep.wait_exit(300)
+    prefetch_setup.restore(cache, workload, rep.datadir)
+    rep.options["innodb-buffer-pool-size"] = pool
+    rep.options["innodb-log-file-size"] = "1G"
+    rep.options.update(SERVER_OPTIONS)
+    for key in ("slave-parallel-threads", "slave-parallel-mode"):
+        rep.options.pop(key, None)
+    if threads:
+        rep.options["slave-parallel-threads"] = str(threads)
+        rep.options["slave-parallel-mode"] = "optimistic"
+    sb.restart_server(rep.name, start_slave=False, timeout=300)
+    ends, times, newest, rows = commit_times(rep.datadir)
+    if warm:
+        rep.query("SELECT COUNT(*) FROM bench.sbtest1 FORCE INDEX (PRIMARY)")
+        rep.query("SELECT COUNT(k) FROM bench.sbtest1 FORCE INDEX (k_1)")
+    status0 = _status(rep)
+    reads0 = status0["Innodb_buffer_pool_reads"]
+    child = None
+    if prefetch:
+        spec = {"host": rep.dsn.host, "port": rep.dsn.port, "user": rep.dsn.user,
+                "password": rep.dsn.password, "index": str(sb.relay_log_index()),
+                "pool_bytes": POOL_BYTES[pool], "options": PF_OPTIONS}
+        child = subprocess.Popen([sys.executable, "-m", "tests.bench.prefetch_runner", json.dumps(spec)],
+                                 stdout=subprocess.PIPE, text=True)
+        assert child.stdout is not None
+        if child.stdout.readline().strip() != "ready":
+            raise RuntimeError("the prefetch runner did not start")
+        cpu0 = _cpu_seconds(child.pid)
+    st = rep.query("SHOW SLAVE STATUS")[0]
+    target = int(st["Read_Master_Log_Pos"])
+    t0 = time.monotonic()
+    server_cpu0 = _cpu_seconds(rep.pid) if rep.pid else 0.0
+    busy0 = _machine_busy()
+    rep.query("START SLAVE SQL_THREAD")
+    lag: list[tuple[float, float]] = []
+    while True:
+        st = rep.query("SHOW SLAVE STATUS")[0]
+        now = time.monotonic() - t0
+        pos = int(st["Exec_Master_Log_Pos"])
+        i = bisect.bisect_right(ends, pos)
+        lag.append((now, newest - times[i] if i < len(times) else 0.0))
+        if pos >= target:
+            break
+        if st["Slave_SQL_Running"] != "Yes":
+            raise RuntimeError(f"the SQL thread stopped: {st['Last_SQL_Error']}")
+        time.sleep(0.05)
+    seconds = time.monotonic() - t0
+    server_cpu = (_cpu_seconds(rep.pid) - server_cpu0) if rep.pid else 0.0
+    busy1 = _machine_busy()
+    machine_busy = (busy1[0] - busy0[0]) / max(1e-9, busy1[1] - busy0[1])  # share of all cores
+    status1 = _status(rep)
+    reads = status1["Innodb_buffer_pool_reads"] - reads0
+    server_io = {k: status1[k] - status0[k] for k in STATUS_VARS}
+    server_io["machine_busy_pct"] = round(100 * machine_busy)
+    cpu = snap = None
+    if child is not None:
+        cpu = _cpu_seconds(child.pid) - cpu0
+        child.send_signal(signal.SIGTERM)
+        out, _ = child.communicate(timeout=30)
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        snap = json.loads(lines[-1]) if lines else None
+    return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io)
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--changes", type=int, default=50_000)
+    ap.add_argument("--workloads", default=",".join(prefetch_setup.WORKLOADS))
+    ap.add_argument("--modes", default=DEFAULT_MODES)
+    ap.add_argument("--harm", action=argparse.BooleanOptionalAction, default=True,
+                    help="also run the two harm checks on update_pk")
+    ap.add_argument("--plan", default="",
+                    help='runs per workload, e.g. "update_pk:cold,prefetch;delete:cold"')
+    ap.add_argument("--setup-only", action="store_true")
+    ap.add_argument("--rebuild", action="store_true")
+    ap.add_argument("--cache", type=Path, default=None)
+    ap.add_argument("--out", type=Path, default=Path("docs"), help="where benchmarks.md and the plot go")
+    ap.add_argument("--pf-options", default="{}", help="JSON of prefetch options (experiments)")
+    ap.add_argument("--server-options", default="{}", help="JSON of extra replica options for all runs")
+    args = ap.parse_args(argv)
+    PF_OPTIONS.update(json.loads(args.pf_options))
+    SERVER_OPTIONS.update(json.loads(args.server_options))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    cache = args.cache or default_cache_dir() / "bench" / f"prefetch-{args.rows}"
+    if args.rebuild:
+        (cache / "meta.json").unlink(missing_ok=True)
+    meta = prefetch_setup.build(cache, args.rows, args.changes, list(prefetch_setup.WORKLOADS))
+    if args.setup_only:
+        print(json.dumps(meta, indent=2))
+        return 0
+    plan = [(w, m) for w in args.workloads.split(",") for m in args.modes.split(",") if m]
+    if args.plan:  # "update_pk:cold,prefetch,hot;delete:cold,prefetch"
+        plan = [(w, m) for part in args.plan.split(";") for w, _, ms in [part.partition(":")]
+                for m in ms.split(",") if m]
+    if args.harm:
+        plan += [("update_pk", m) for m in HARM_MODES.split(",")]
+    results: list[Run] = []
+    cfg = SandboxConfig(gtid=False, o_direct=True, replica_buffer_pool_mb=256)
+    with Sandbox(cfg) as sb:
+        for workload, mode in plan:
+            r = run_one(sb, cache, meta, workload, mode)
+            results.append(r)
+            print(f"{workload:<10} {mode:<12} {r.seconds:7.1f} s {r.rate:9,.0f} rows/s "
+                  f"{r.pool_reads:9d} pool reads  server CPU {r.server_cpu:.1f} s  {r.server_io}"
+                  + (f"  lagd CPU {r.lagd_cpu:.1f} s" if r.lagd_cpu else ""),
+                  flush=True)
+    report = summarise(results, meta)
+    print(report["table"])
+    print(json.dumps(report["json"], indent=1))
+    plot(results, args.out / "benchmark-lag.png")
+    write_doc(report, meta, args.out / "benchmarks.md")
+    return 0
+
+
+def summarise(results: list[Run], meta: dict[str, Any]) -> dict[str, Any]:
+    by = {(r.workload, r.mode): r for r in results}
+    lines = [f"{'workload':<10} {'mode':<12} {'seconds':>8} {'rows/s':>9} {'pool reads':>10} "
+             f"{'lagd CPU s':>10} {'us/row':>7} {'vs base':>8} {'of hot':>7}"]
+    out = []
+    for r in results:
+        base = next((b for b in ("harm_hot", "harm_32m", "parallel") if r.mode.startswith(b)), "cold")
+        cold = by.get((r.workload, base))
+        hot = by.get((r.workload, "hot"))
+        vs_cold = r.rate / cold.rate if cold and cold.rate else None
+        of_hot = r.rate / hot.rate if hot and hot.rate else None
+        us = 1e6 * r.lagd_cpu / r.rows if r.lagd_cpu else None
+        cpu_s = f"{r.lagd_cpu:.1f}" if r.lagd_cpu else "-"
+        us_s = f"{us:.1f}" if us else "-"
+        vs_s = f"{vs_cold:.2f}x" if vs_cold else "-"
+        lines.append(f"{r.workload:<10} {r.mode:<12} {r.seconds:8.1f} {r.rate:9,.0f} {r.pool_reads:10d} "
+                     f"{cpu_s:>10} {us_s:>7} {vs_s:>8} {_pct(of_hot):>7}")
+        pf = r.prefetch or {}
+        out.append({"workload": r.workload, "mode": r.mode, "seconds": round(r.seconds, 2),
+                    "rows": r.rows, "rows_per_s": round(r.rate), "pool_reads": r.pool_reads,
+                    "lagd_cpu_s": round(r.lagd_cpu, 2) if r.lagd_cpu else None,
+                    "server_cpu_s": round(r.server_cpu, 2), "server_io": r.server_io,
+                    "lagd_us_per_row": round(us, 1) if us else None,
+                    "vs_baseline": round(vs_cold, 3) if vs_cold else None, "baseline": base,
+                    "of_hot": round(of_hot, 3) if of_hot else None,
+                    "prefetch": {k: pf.get(k) for k in ("state", "reason", "counters", "benefit",
+                                                         "target_transactions", "probe_latency_avg")}
+                    if pf else None})
+    setup = {k: meta[k] for k in ("rows", "table_bytes", "changes")}
+    return {"table": "\n".join(lines), "json": {"setup": setup, "runs": out}}
+
+
+def plot(results: list[Run], path: Path) -> None:
+    import matplotlib  # noqa: PLC0415 - a plotting dependency only the report needs
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    workloads = sorted({r.workload for r in results if r.mode in ("cold", "prefetch", "hot")})
+    if not workloads:
+        return
+    fig, axes = plt.subplots(len(workloads), 1, figsize=(8, 2.6 * len(workloads)), squeeze=False)
+    for ax, w in zip(axes[:, 0], workloads, strict=True):
+        for r in results:
+            if r.workload == w and r.mode in ("cold", "prefetch", "hot", "parallel"):
+                ax.plot([t for t, _ in r.lag], [lag for _, lag in r.lag],
+                        label=f"{r.mode} ({r.seconds:.1f} s)")
+        ax.set_title(f"{w}: replica lag while catching up")
+        ax.set_xlabel("seconds since the SQL thread started")
+        ax.set_ylabel("lag (source s)")
+        ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+
+
+def _pct(x: float | None) -> str:
+    return f"{x:.0%}" if x else "-"
+
+
+def write_doc(report: dict[str, Any], meta: dict[str, Any], path: Path) -> None:
+    runs = report["json"]["runs"]
+    rows = ["| workload | mode | seconds | rows/s | pool reads | lagd CPU µs/row | vs baseline | of hot |",
+            "|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        vs = f"{r['vs_baseline']:.2f}x ({r['baseline']})" if r["vs_baseline"] else "-"
+        rows.append(f"| {r['workload']} | {r['mode']} | {r['seconds']} | {r['rows_per_s']:,} | "
+                    f"{r['pool_reads']:,} | {r['lagd_us_per_row'] or '-'} | {vs} | {_pct(r['of_hot'])} |")
+    text = BENCH_DOC.format(rows=meta["rows"], gb=meta["table_bytes"] / 2**30, changes=meta["changes"],
+                            table="\n".join(rows), when=time.strftime("%Y-%m-%d"),
+                            json=json.dumps(report["json"], indent=1))
+    path.write_text(text)
+
+
+BENCH_DOC = """# Benchmarks
+
+Written by `python -m tests.bench.bench_prefetch` on {when}, on this project's
+2-core build machine (shared, noisy: compare rows in one run, not across runs).
+
+Setup: a sysbench-like table of {rows:,} rows ({gb:.1f} GiB of InnoDB data and
+index), a replica with a 256 MB buffer pool and `innodb_flush_method=O_DIRECT`;
+a backlog of about {changes:,} row changes per workload in the replica's relay
+log; each run restores the same data, restarts the replica cold and times the
+SQL thread until it has applied everything.
+
+Modes: `cold` (no lagd), `prefetch` (lagd), `hot` (a pool holding the whole
+table, warmed first: the physical bound), `parallel` (MariaDB parallel
+replication, 8 threads, optimistic), `parallel+pf` (both). Harm checks:
+`harm_hot` (everything in memory) and `harm_32m` (a 32 MB pool), each without
+and with lagd. "vs baseline" is the apply rate against the run named in
+brackets; "of hot" the fraction of the hot bound.
+
+{table}
+
+![replica lag over time](benchmark-lag.png)
+
+<details><summary>JSON</summary>
+
+```json
+{json}
+```
+
+</details>
+"""
+
+
+if __name__ == "__main__":
+    sys.exit(main())

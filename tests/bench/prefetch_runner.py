@@ -1,0 +1,48 @@
+"""Run only lagd's prefetch engine against a replica, in its own process.
+
+The benchmark starts it as a child so that its CPU time is its own (read from
+/proc) and it does not share a GIL with the benchmark's polling. It prints one
+JSON line with the engine's snapshot when it gets SIGTERM.
+
+    python -m tests.bench.prefetch_runner '{"host": ..., "port": ..., "user": ..., "password": ...,
+        "index": ..., "pool_bytes": ..., "options": {...}}'
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import dataclasses
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from lagd.prefetch.rewrite import ProbeBatcher
+from lagd.prefetch.service import Endpoint, PrefetchOptions, build_engine
+
+
+async def main(spec: dict) -> None:
+    endpoint = Endpoint(spec["host"], spec["port"], spec["user"], spec["password"])
+    opts = PrefetchOptions(**spec.get("options", {}))
+    engine = await build_engine(
+        endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe),
+        index=Path(spec["index"]), mariadb=True, pool_bytes=spec["pool_bytes"])
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    loop.add_signal_handler(signal.SIGINT, stop.set)
+    print("ready", flush=True)
+    await engine.run(stop)
+    print(json.dumps(dataclasses.asdict(engine.snapshot()), default=str), flush=True)
+
+
+if __name__ == "__main__":
+    profile_to = os.environ.get("LAGD_PROFILE")  # a file for pstats: where lagd's CPU goes
+    if profile_to:
+        prof = cProfile.Profile()
+        prof.runcall(asyncio.run, main(json.loads(sys.argv[1])))
+        prof.dump_stats(profile_to)
+    else:
+        asyncio.run(main(json.loads(sys.argv[1])))

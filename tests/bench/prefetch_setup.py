@@ -1,0 +1,252 @@
+"""Data and backlogs for the catch-up benchmark (bench_prefetch), made once and cached.
+
+The replica's table must be far larger than its buffer pool (16x a 256 MB
+pool), and every run must start from the same data and apply the same
+backlog. So, once:
+
+1. a sandbox (file/position replication: with MASTER_USE_GTID=slave_pos
+   MariaDB 10.11 throws the relay log away when a replica restarts) gets a
+   sysbench-like table of N rows, loaded on source and replica separately
+   with sql_log_bin=0 (same deterministic content; replicating 4 GB would take
+   far longer), ids even so that INSERT workloads can use the odd ones;
+2. the replica's datadir is saved as the base;
+3. for each workload, the replica's relay log is pointed at the source's
+   current binlog position, the source writes the workload while only the
+   replica's IO thread runs, and the relay-log files plus replication info
+   files are saved as that workload's overlay. The replica's InnoDB data is
+   never touched (its SQL thread never runs), so base + overlay is a replica
+   with exactly that backlog.
+
+Workloads run one after the other on the source, so they are written to be
+compatible with a replica at the base: deletes and inserts use disjoint id
+pools (an UPDATE of a row deleted earlier on the source logs nothing).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lagd.sandbox import Sandbox, SandboxConfig
+
+log = logging.getLogger("bench.setup")
+
+TABLE = "sbtest1"
+DDL = (f"CREATE TABLE {TABLE} (id INT NOT NULL, k INT NOT NULL DEFAULT 0, "
+       "c CHAR(120) NOT NULL DEFAULT '', pad CHAR(60) NOT NULL DEFAULT '', PRIMARY KEY (id)) ENGINE=InnoDB")
+OVERLAY_GLOBS = ("*-relay-bin.*", "master.info", "relay-log.info", "multi-master.info")
+
+
+def _load_sql(lo: int, hi: int, n_rows: int) -> str:
+    # Deterministic content, so source and replica hold the same rows.
+    return (f"INSERT INTO {TABLE} SELECT seq * 2, (seq * 2654435761) % {n_rows}, "
+            "CONCAT(LPAD(seq, 12, '0'), '-', REPEAT(CHAR(97 + seq % 26), 107)), "
+            "REPEAT(CHAR(65 + seq % 26), 60) "
+            f"FROM seq_{lo}_to_{hi}")
+
+
+def _load(server: Any, n_rows: int, chunk: int = 1_000_000) -> None:
+    conn = server.connect("bench")
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION sql_log_bin = 0")
+            for lo in range(1, n_rows + 1, chunk):
+                cur.execute(_load_sql(lo, min(n_rows, lo + chunk - 1), n_rows))
+            cur.execute(f"ALTER TABLE {TABLE} ADD INDEX k_1 (k)")
+    finally:
+        conn.close()
+
+
+# ----- workloads: each writes on the source and returns row changes made ------
+
+class Ids:
+    """Id pools that keep workloads compatible with the base replica."""
+
+    def __init__(self, n_rows: int, seed: int) -> None:
+        self.n = n_rows
+        self.rng = random.Random(seed)
+
+    def existing(self) -> int:
+        return 2 * self.rng.randint(1, self.n)
+
+    def deletable(self, part: int) -> int:
+        # Disjoint quarter of the id space per deleting workload.
+        q = self.n // 4
+        return 2 * self.rng.randint(part * q + 1, (part + 1) * q)
+
+    def free(self, part: int) -> int:
+        # Odd ids: ids % 4 == 1 for one workload, == 3 for the other.
+        return 4 * self.rng.randint(0, self.n // 2 - 1) + (1 if part == 0 else 3)
+
+
+def _w_update(cur: Any, ids: Ids) -> int:
+    cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id = %s", (f"u{ids.rng.random():.12f}", ids.existing()))
+    return 1
+
+
+def _w_update_k(cur: Any, ids: Ids) -> int:
+    cur.execute(f"UPDATE {TABLE} SET k = %s WHERE id = %s", (ids.rng.randint(0, ids.n), ids.existing()))
+    return 1
+
+
+def _w_delete(cur: Any, ids: Ids) -> int:
+    cur.execute(f"DELETE FROM {TABLE} WHERE id = %s", (ids.deletable(0),))
+    return 1
+
+
+def _w_insert(cur: Any, ids: Ids) -> int:
+    cur.execute(f"INSERT IGNORE INTO {TABLE} VALUES (%s, %s, 'ins', 'ins')",
+                (ids.free(0), ids.rng.randint(0, ids.n)))
+    return 1
+
+
+def _w_mixed(cur: Any, ids: Ids) -> int:
+    r = ids.rng.random()
+    if r < 0.5:
+        return _w_update(cur, ids)
+    if r < 0.7:
+        return _w_update_k(cur, ids)
+    if r < 0.85:
+        cur.execute(f"DELETE FROM {TABLE} WHERE id = %s", (ids.deletable(1),))
+        return 1
+    cur.execute(f"INSERT IGNORE INTO {TABLE} VALUES (%s, %s, 'mix', 'mix')",
+                (ids.free(1), ids.rng.randint(0, ids.n)))
+    return 1
+
+
+def _w_multi(cur: Any, ids: Ids) -> int:
+    # A transaction of 10 single-row updates, like an application batch.
+    for _ in range(10):
+        _w_update(cur, ids)
+    return 10
+
+
+WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
+    "update_pk": ("random primary-key UPDATEs of a non-indexed column", _w_update),
+    "update_k": ("UPDATEs of an indexed column", _w_update_k),
+    "delete": ("random DELETEs", _w_delete),
+    "insert": ("INSERTs with random unique keys", _w_insert),
+    "mixed": ("50% update, 20% indexed update, 15% delete, 15% insert", _w_mixed),
+    "multi_row": ("transactions of 10 random-row UPDATEs", _w_multi),
+}
+
+
+def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,
+                    threads: int = 4) -> int:
+    made = [0]
+    lock = threading.Lock()
+    per = changes // threads
+
+    def worker(i: int) -> None:
+        ids = Ids(N_ROWS[0], seed * 100 + i)
+        conn = sb.source.connect("bench", autocommit=False)
+        n = 0
+        try:
+            with conn.cursor() as cur:
+                while n < per:
+                    n += fn(cur, ids)
+                    conn.commit()
+        finally:
+            conn.close()
+        with lock:
+            made[0] += n
+
+    ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return made[0]
+
+
+N_ROWS = [0]
+
+
+def _wait_received(sb: Sandbox, timeout: float = 600) -> None:
+    ms = sb.source.query("SHOW MASTER STATUS")[0]
+    want = (ms["File"], int(ms["Position"]))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = sb.slave_status()
+        if (st["Master_Log_File"], int(st["Read_Master_Log_Pos"])) >= want:
+            return
+        time.sleep(0.2)
+    raise RuntimeError("the replica's IO thread did not receive the workload in time")
+
+
+def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[str, Any]:
+    """Make (or reuse) the cached base datadir and workload overlays."""
+    meta_path = cache / "meta.json"
+    if meta_path.exists():
+        meta: dict[str, Any] = json.loads(meta_path.read_text())
+        if meta.get("rows") == n_rows and set(workloads) <= set(meta["workloads"]):
+            return meta
+    shutil.rmtree(cache, ignore_errors=True)
+    cache.mkdir(parents=True)
+    N_ROWS[0] = n_rows
+    cfg = SandboxConfig(gtid=False, o_direct=True, source_buffer_pool_mb=2048,
+                        replica_buffer_pool_mb=2048,
+                        source_extra_options={"innodb-log-file-size": "1G"},
+                        replica_extra_options={"innodb-log-file-size": "1G"})
+    t0 = time.monotonic()
+    with Sandbox(cfg) as sb:
+        sb.source.query("CREATE DATABASE bench")
+        sb.source.query(DDL, db="bench")
+        sb.wait_caught_up(timeout=60)
+        sb.stop_slave()
+        loaders = [threading.Thread(target=_load, args=(s, n_rows)) for s in (sb.source, sb.replica())]
+        for t in loaders:
+            t.start()
+        for t in loaders:
+            t.join()
+        log.info("loaded %d rows on source and replica in %.0f s", n_rows, time.monotonic() - t0)
+        rep = sb.replica()
+        size = sum(f.stat().st_size for f in (rep.datadir / "bench").glob("*.ibd"))
+        rep.send_signal(signal.SIGTERM)  # clean shutdown: a consistent datadir to copy
+        if not rep.wait_exit(300):
+            raise RuntimeError("the replica did not shut down")
+        shutil.copytree(rep.datadir, cache / "replica-base", symlinks=True)
+        sb.restart_server(rep.name, start_slave=False)
+        meta = {"rows": n_rows, "table_bytes": size, "changes": changes, "workloads": {},
+                "replica_name": rep.name}
+        for i, name in enumerate(workloads):
+            desc, fn = WORKLOADS[name]
+            rep.query("STOP SLAVE")
+            rep.query("RESET SLAVE")
+            ms = sb.source.query("SHOW MASTER STATUS")[0]
+            rep.query("CHANGE MASTER TO MASTER_LOG_FILE=%s, MASTER_LOG_POS=%s",
+                      (ms["File"], int(ms["Position"])))
+            rep.query("START SLAVE IO_THREAD")
+            w0 = time.monotonic()
+            made = _write_workload(sb, fn, changes, seed=i + 1)
+            _wait_received(sb)
+            rep.query("STOP SLAVE IO_THREAD")
+            out = cache / "workloads" / name
+            out.mkdir(parents=True)
+            for pattern in OVERLAY_GLOBS:
+                for f in rep.datadir.glob(pattern):
+                    shutil.copy2(f, out / f.name)
+            meta["workloads"][name] = {"description": desc, "row_changes": made,
+                                       "write_seconds": round(time.monotonic() - w0, 1)}
+            log.info("workload %s: %d row changes", name, made)
+    meta["setup_seconds"] = round(time.monotonic() - t0)
+    meta_path.write_text(json.dumps(meta, indent=2))
+    return meta
+
+
+def restore(cache: Path, workload: str, datadir: Path) -> None:
+    """Make ``datadir`` the base replica with ``workload``'s backlog."""
+    shutil.rmtree(datadir, ignore_errors=True)
+    shutil.copytree(cache / "replica-base", datadir, symlinks=True)
+    for f in datadir.glob("*-relay-bin.*"):
+        f.unlink()
+    for f in (cache / "workloads" / workload).iterdir():
+        shutil.copy2(f, datadir / f.name)

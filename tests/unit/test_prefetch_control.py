@@ -1,0 +1,131 @@
+"""Table tests for the prefetch scheduler's pure decisions and the pool's guards."""
+
+from __future__ import annotations
+
+import pytest
+
+from lagd.prefetch import control
+from lagd.prefetch.pool import backoff_delay, refuse_reason, session_setup
+
+LIMITS = control.Limits(min_transactions=20, max_transactions=400, max_bytes=1 << 20,
+                        max_seconds=30.0, max_pages=1000)
+
+
+def lead(trx: int = 0, rows: int = 0, nbytes: int = 0, seconds: float = 0.0, pages: int = 0) -> control.Lead:
+    return control.Lead(trx, rows, nbytes, seconds, pages)
+
+
+@pytest.mark.parametrize(
+    ("kw", "action", "why"),
+    [
+        ({"sql_running": False}, "pause", "stopped"),
+        ({"overtaken": True}, "jump", "overtook"),
+        ({"enabled": False}, "wait", "backed off"),
+        ({"lead": lead(pages=1000)}, "wait", "buffer-pool share"),
+        ({"lead": lead(nbytes=1 << 20)}, "wait", "max_lead_bytes"),
+        ({"lead": lead(seconds=31)}, "wait", "max_lead_seconds"),
+        ({"lead": lead(trx=50)}, "wait", "reached the target"),
+        ({"lead": lead(trx=10), "at_tail": True}, "idle", "read everything"),
+        ({"lead": lead(trx=10)}, "read", "< target"),
+        # The SQL thread overtaking wins over every limit: the cursor must move.
+        ({"overtaken": True, "lead": lead(pages=5000)}, "jump", "overtook"),
+        # Stopped SQL thread wins over everything.
+        ({"sql_running": False, "overtaken": True}, "pause", "stopped"),
+    ],
+    ids=["sql-stopped", "overtaken", "backed-off", "page-budget", "bytes", "seconds", "target",
+         "tail", "read", "jump-beats-limits", "pause-beats-jump"],
+)
+def test_decide_step(kw, action, why):
+    args = {"sql_running": True, "overtaken": False, "at_tail": False, "enabled": True,
+            "lead": lead(), "target_transactions": 50, "limits": LIMITS} | kw
+    step = control.decide_step(**args)
+    assert step.action == action
+    assert why in step.reason
+
+
+def test_page_budget_is_a_share_of_the_pool():
+    lim = control.limits_for(20, 400, 1 << 26, 30.0, pool_bytes=256 << 20, pool_share=0.25)
+    assert lim.max_pages == (64 << 20) // 16384
+
+
+TUNING = control.Tuning(min_transactions=20, max_transactions=400, min_connections=4,
+                        max_connections=8, adaptive=True, compare_every=3, backoff=4)
+
+
+def window(prefetching=True, applied=10_000, probed=10_000, reads=8_000, in_time=500, late=0, seconds=5.0):
+    return control.Window(seconds, prefetching, applied, probed, reads, in_time, late)
+
+
+def state(**kw):
+    return control.ControlState(**({"enabled": True, "target_transactions": 100, "connections": 8,
+                                    "benefit": None, "reason": "x"} | kw))
+
+
+@pytest.mark.parametrize(
+    ("st", "w", "since", "expect"),
+    [
+        (state(), window(reads=10), 0, {"enabled": False, "backoff_windows": 4}),
+        (state(), window(late=200, in_time=300), 0, {"enabled": True, "target_transactions": 150}),
+        (state(target_transactions=400, connections=6), window(late=200, in_time=300), 0,
+         {"target_transactions": 400, "connections": 7}),
+        (state(), window(late=0, in_time=1000), 0, {"target_transactions": 90}),
+        (state(), window(), 3, {"enabled": False, "off_windows_left": 1}),
+        (state(rate_on=2000.0), window(prefetching=False, applied=10_000), 0,
+         {"enabled": False, "backoff_windows": 4}),  # 2000 vs 2000 rows/s: does not pay
+        (state(rate_on=6000.0), window(prefetching=False, applied=10_000), 0,
+         {"enabled": True, "benefit": 3.0}),
+        (state(enabled=False, backoff_windows=3), window(prefetching=False), 0,
+         {"enabled": False, "backoff_windows": 2}),
+        (state(enabled=False, backoff_windows=1), window(prefetching=False), 0,
+         {"enabled": True, "backoff_windows": 0}),
+    ],
+    ids=["nothing-to-warm", "late-lead-up", "late-at-max-adds-connection", "all-in-time-lead-down",
+         "compare-window-due", "does-not-pay", "pays-x3", "backing-off", "backoff-over"],
+)
+def test_evaluate(st, w, since, expect):
+    got = control.evaluate(st, w, TUNING, since)
+    for key, value in expect.items():
+        assert getattr(got, key) == pytest.approx(value), (key, got.reason)
+    assert got.reason
+
+
+def test_not_adaptive_always_on():
+    t = control.Tuning(20, 400, 4, 8, adaptive=False)
+    assert control.evaluate(state(enabled=False), window(reads=0), t, 99).enabled
+
+
+@pytest.mark.parametrize(
+    ("sql", "reason"),
+    [
+        ("SELECT 1 FROM `d`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (%s)", None),
+        ("  SELECT 1 FROM t", None),
+        ("UPDATE t SET a = 1", "not a SELECT"),
+        ("DELETE FROM t", "not a SELECT"),
+        ("SELECT 1 FROM t FOR UPDATE", "locking read or INTO"),
+        ("SELECT 1 FROM t FOR SHARE", "locking read or INTO"),
+        ("SELECT 1 FROM t LOCK IN SHARE MODE", "locking read or INTO"),
+        ("SELECT 1 INTO @x FROM t", "locking read or INTO"),
+        ("SELECT 1 FROM t; DROP TABLE t", "more than one statement"),
+    ],
+)
+def test_refuse_reason(sql, reason):
+    assert refuse_reason(sql) == reason
+
+
+@pytest.mark.parametrize(
+    ("mariadb", "timeout_stmt"),
+    [(True, "SET SESSION max_statement_time = 0.500"), (False, "SET SESSION MAX_EXECUTION_TIME = 500")],
+    ids=["mariadb", "mysql"],
+)
+def test_session_setup_is_read_only_with_a_timeout(mariadb, timeout_stmt):
+    stmts = session_setup(mariadb, 500)
+    assert "READ ONLY" in stmts[0] and "READ UNCOMMITTED" in stmts[0]
+    assert "SET SESSION lock_wait_timeout = 1" in stmts
+    assert timeout_stmt in stmts
+
+
+@pytest.mark.parametrize("attempt", [0, 1, 5, 50])
+def test_backoff_is_capped_and_jittered(attempt):
+    expected = min(10.0, 0.2 * 2 ** min(attempt, 16))
+    assert backoff_delay(attempt, base=0.2, cap=10.0, rng=lambda: 1.0) == expected
+    assert backoff_delay(attempt, rng=lambda: 0.0) == 0.0

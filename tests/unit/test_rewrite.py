@@ -1,0 +1,367 @@
+"""Row changes -> batched covering index probes (lagd.prefetch.rewrite)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from decimal import Decimal
+
+import pytest
+import sqlglot
+from sqlglot import exp
+
+from lagd.errors import LagdError
+from lagd.prefetch.rewrite import PrefetchConfigError, Probe, ProbeBatcher, plan_table
+from lagd.relaylog import (
+    Column,
+    Ddl,
+    Index,
+    LoadData,
+    RowChange,
+    RowKind,
+    Statement,
+    TableInfo,
+    TransactionStart,
+)
+
+
+def assert_plain_select(sql: str) -> None:
+    """One SELECT, without locking clause or INTO (placeholders as the server sees them)."""
+    [tree] = sqlglot.parse(re.sub(r"%s", "?", sql), read="mysql")
+    assert isinstance(tree, exp.Select), sql
+    assert not list(tree.find_all(exp.Lock, exp.Into)), sql
+
+U, D, INS = RowKind.UPDATE, RowKind.DELETE, RowKind.INSERT
+
+
+def col(name: str, type_name: str = "long", nullable: bool = False, charset: str | None = None) -> Column:
+    return Column(name, type_name, nullable, charset=charset)
+
+
+PK = Index("PRIMARY", (0,), unique=True, primary=True)
+# orders(id PK, k INT NOT NULL, u VARCHAR NULL UNIQUE, pad, name VARCHAR NOT NULL KEY name(4))
+ORDERS = TableInfo(
+    "shop", "orders",
+    (col("id"), col("k"), col("u", "varchar", True, "utf8"), col("pad", "string", True, "utf8"),
+     col("name", "varchar", False, "utf8")),
+    PK,
+    (PK, Index("u_1", (2,), unique=True), Index("k_1", (1,), unique=False),
+     Index("name_pfx", (4,), unique=False, prefix_lengths=(4,))),
+    (0, 1, 2, 4), "table_map+information_schema",
+)
+# Values are aligned with ORDERS.needed: (id, k, u, name).
+ROW = (1, 10, "a", "nm1")
+
+
+def probes_for(*changes: RowChange, max_keys: int = 16, batcher: ProbeBatcher | None = None) -> list[Probe]:
+    b = batcher or ProbeBatcher(max_keys=max_keys)
+    out: list[Probe] = []
+    for c in changes:
+        out.extend(b.add(c))
+    out.extend(b.flush())
+    for p in out:
+        assert_plain_select(p.sql)
+        assert p.sql.count("%s") == len(p.params)
+    return out
+
+
+def summary(probes: list[Probe]) -> list[tuple[str | None, str, tuple[object, ...]]]:
+    return sorted((p.index, p.kind, p.params) for p in probes)
+
+
+CASES = [
+    ("update-non-indexed", U, ROW, ROW,
+     [("PRIMARY", "pk", (1,))]),
+    ("update-secondary", U, ROW, (1, 11, "a", "nm1"),
+     [("PRIMARY", "pk", (1,)), ("k_1", "secondary", (10, 1, 11, 1))]),
+    ("update-unique", U, ROW, (1, 10, "b", "nm1"),
+     [("PRIMARY", "pk", (1,)), ("u_1", "unique", ("a", "b"))]),
+    ("update-prefix", U, ROW, (1, 10, "a", "nm2"),
+     [("PRIMARY", "pk", (1,)), ("name_pfx", "secondary", ("nm1", 1, "nm2", 1))]),
+    # A new primary key moves the row and rewrites every secondary entry (they hold the key).
+    ("update-key", U, ROW, (2, 10, "a", "nm1"),
+     [("PRIMARY", "pk", (1, 2)), ("k_1", "secondary", (10, 1, 10, 2)),
+      ("name_pfx", "secondary", ("nm1", 1, "nm1", 2)), ("u_1", "unique", ("a",))]),
+    ("delete", D, ROW, None,
+     [("PRIMARY", "pk", (1,)), ("k_1", "secondary", (10, 1)), ("name_pfx", "secondary", ("nm1", 1)),
+      ("u_1", "unique", ("a",))]),
+    ("insert", INS, None, (5, 50, "e", "nm5"),
+     [("PRIMARY", "pk", (5,)), ("k_1", "secondary", (50, 5)), ("name_pfx", "secondary", ("nm5", 5)),
+      ("u_1", "unique", ("e",))]),
+]
+
+
+@pytest.mark.parametrize(("kind", "before", "after", "expected"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_probe_kinds(kind: RowKind, before: tuple | None, after: tuple | None, expected: list) -> None:
+    probes = probes_for(RowChange(ORDERS, kind, before, after))
+    assert summary(probes) == sorted(expected)
+    assert all((p.schema, p.table) == ("shop", "orders") for p in probes)
+    assert sum(p.rows for p in probes) == sum(len(e[2]) // (2 if e[1] == "secondary" else 1)
+                                              for e in expected)
+
+
+def test_probe_sql_shapes() -> None:
+    by_index = {p.index: p for p in probes_for(RowChange(ORDERS, D, ROW, None))}
+    head = "SELECT 1 FROM `shop`.`orders` FORCE INDEX "
+    assert by_index["PRIMARY"].sql == head + "(`PRIMARY`) WHERE `id` IN (%s)"
+    assert by_index["k_1"].sql == head + "(`k_1`) WHERE (`k`, `id`) IN ((%s, %s))"
+    assert by_index["u_1"].sql == head + "(`u_1`) WHERE `u` IN (%s)"
+    assert by_index["name_pfx"].sql == head + "(`name_pfx`) WHERE (`name`, `id`) IN ((%s, %s))"
+    # A prefix index holds only the start of the value: the server reads the row too.
+    assert {i: p.covering for i, p in by_index.items()} == {
+        "PRIMARY": True, "k_1": True, "u_1": True, "name_pfx": False}
+
+
+COMP_PK = Index("PRIMARY", (0, 1), unique=True, primary=True)
+# lines(order_id INT, code VARCHAR, qty INT NOT NULL KEY, PRIMARY KEY (order_id, code))
+LINES = TableInfo(
+    "shop", "lines",
+    (col("order_id"), col("code", "varchar", False, "utf8mb4"), col("qty")),
+    COMP_PK, (COMP_PK, Index("qty_1", (2,), unique=False)), (0, 1, 2), "table_map",
+)
+
+
+def test_composite_and_string_keys_use_row_constructors() -> None:
+    probes = probes_for(RowChange(LINES, D, (7, "äöü-Ω", 3), None),
+                        RowChange(LINES, D, (7, "key two", 4), None))
+    by_index = {p.index: p for p in probes}
+    assert by_index["PRIMARY"].sql.endswith("WHERE (`order_id`, `code`) IN ((%s, %s), (%s, %s))")
+    assert by_index["PRIMARY"].params == (7, "äöü-Ω", 7, "key two")
+    assert by_index["qty_1"].sql.endswith(
+        "WHERE (`qty`, `order_id`, `code`) IN ((%s, %s, %s), (%s, %s, %s))")
+    assert by_index["qty_1"].params == (3, 7, "äöü-Ω", 4, 7, "key two")
+    assert by_index["PRIMARY"].rows == by_index["qty_1"].rows == 2
+
+
+BIN_PK = Index("PRIMARY", (0,), unique=True, primary=True)
+BLOBS = TableInfo("shop", "blobs", (col("h", "string"), col("v", "varchar", True, "utf8")),
+                  BIN_PK, (BIN_PK,), (0,), "table_map")
+
+
+def test_binary_keys_stay_bytes() -> None:
+    key = b"\x00\xff`'\\"
+    [probe] = probes_for(RowChange(BLOBS, D, (key,), None))
+    assert probe.params == (key,)
+    assert type(probe.params[0]) is bytes
+
+
+ALL_TYPES = (dt.datetime(2024, 2, 29, 23, 59, 59, 123456), dt.date(2024, 1, 1), dt.timedelta(hours=-1),
+             Decimal("-12.50"), 18446744073709551615, 1.5, "zürich", b"\x00\x01")
+TYPED_PK = Index("PRIMARY", tuple(range(len(ALL_TYPES))), unique=True, primary=True)
+TYPED = TableInfo(
+    "shop", "typed",
+    tuple(col(f"c{i}", t) for i, t in enumerate(
+        ("datetime2", "date", "time2", "newdecimal", "longlong", "double", "varchar", "string"))),
+    TYPED_PK, (TYPED_PK,), tuple(range(len(ALL_TYPES))), "table_map",
+)
+
+
+def test_values_are_bound_unchanged() -> None:
+    [probe] = probes_for(RowChange(TYPED, D, ALL_TYPES, None))
+    assert all(a is b for a, b in zip(probe.params, ALL_TYPES, strict=True))
+    assert probe.sql.count("%s") == len(ALL_TYPES)
+
+
+# ---- NULLs ----------------------------------------------------------------------
+
+NK = Index("k_1", (1,), unique=False)
+NKB = Index("kb", (1, 2), unique=False)
+NU = Index("u_1", (2,), unique=True)
+# nul(id PK, k INT NULL, b INT NULL, must INT NOT NULL); KEY k_1 (k), KEY kb (k, b), UNIQUE u_1 (b)
+NUL = TableInfo(
+    "shop", "nul", (col("id"), col("k", nullable=True), col("b", nullable=True), col("must")),
+    PK, (PK, NU, NK, NKB, Index("must_1", (3,), unique=False)), (0, 1, 2, 3), "table_map",
+)
+
+NULL_CASES = [
+    ("null-secondary-is-null", (1, None, 5, 9),
+     {"PRIMARY": "`id` IN (%s)", "k_1": "`k` IS NULL AND `id` IN (%s)",
+      "kb": "`k` IS NULL AND (`b`, `id`) IN ((%s, %s))", "u_1": "`b` IN (%s)",
+      "must_1": "(`must`, `id`) IN ((%s, %s))"}, {}),
+    ("null-in-unique-skipped", (1, 4, None, 9),
+     {"PRIMARY": "`id` IN (%s)", "k_1": "(`k`, `id`) IN ((%s, %s))",
+      "kb": "`b` IS NULL AND (`k`, `id`) IN ((%s, %s))", "must_1": "(`must`, `id`) IN ((%s, %s))"},
+     {"null_in_unique": 1}),
+    ("all-nullable-null", (1, None, None, 9),
+     {"PRIMARY": "`id` IN (%s)", "k_1": "`k` IS NULL AND `id` IN (%s)",
+      "kb": "`k` IS NULL AND `b` IS NULL AND `id` IN (%s)", "must_1": "(`must`, `id`) IN ((%s, %s))"},
+     {"null_in_unique": 1}),
+    ("null-in-key", (None, 1, 2, 9), {}, {"null_in_key": 1}),
+    # NULL in a NOT NULL column: binlog_row_image=MINIMAL left it out of the image.
+    ("minimal-image", (1, None, None, None), {"PRIMARY": "`id` IN (%s)"}, {"not_logged": 4}),
+]
+
+
+@pytest.mark.parametrize(("before", "wheres", "skipped"), [c[1:] for c in NULL_CASES],
+                         ids=[c[0] for c in NULL_CASES])
+def test_nulls(before: tuple, wheres: dict[str, str], skipped: dict[str, int]) -> None:
+    b = ProbeBatcher()
+    probes = probes_for(RowChange(NUL, D, before, None), batcher=b)
+    assert {p.index: p.sql.split(" WHERE ")[1] for p in probes} == wheres
+    assert all(None not in p.params for p in probes)
+    assert dict(b.skipped) == skipped
+
+
+def test_null_batches_are_grouped_by_which_columns_are_null() -> None:
+    probes = probes_for(*(RowChange(NUL, D, (i, None if i % 2 else i, 5, 9), None) for i in range(1, 5)))
+    k = sorted((p.sql.split(" WHERE ")[1], p.params) for p in probes if p.index == "k_1")
+    assert k == [("(`k`, `id`) IN ((%s, %s), (%s, %s))", (2, 2, 4, 4)),
+                 ("`k` IS NULL AND `id` IN (%s, %s)", (1, 3))]
+
+
+def test_minimal_update_borrows_the_key_from_the_before_image() -> None:
+    # MINIMAL: before holds only the key; after only the changed column k.
+    b = ProbeBatcher()
+    probes = probes_for(RowChange(NUL, U, (1, None, None, None), (None, 11, None, None)), batcher=b)
+    assert summary(probes) == [("PRIMARY", "pk", (1,)), ("k_1", "secondary", (11, 1))]
+    # Unknown: the old k (for k_1 and kb) and the new b (for kb), so those entries are not probed.
+    assert b.skipped["not_logged"] == 3
+
+
+# ---- what is not probed ------------------------------------------------------------
+
+NOKEY = TableInfo("shop", "heap", (col("x", nullable=True),), None, (), (), "table_map")
+NONAMES = TableInfo("shop", "anon", (col("@1"), col("@2")), PK, (PK,), (0,), "table_map")
+FULLTEXT = TableInfo(
+    "shop", "docs", (col("id"), col("body", "blob", True, "utf8"), col("title", "blob", True, "utf8")), PK,
+    (PK, Index("ft", (1,), unique=False), Index("title_pfx", (2,), unique=False, prefix_lengths=(10,))),
+    (0, 1, 2), "table_map+information_schema",
+)
+
+
+@pytest.mark.parametrize(("change", "skipped"), [
+    (RowChange(NOKEY, INS, None, ()), "no_key"),
+    (RowChange(NONAMES, D, (1,), None), "no_column_names"),
+    (RowChange(ORDERS, U, None, ROW), "no_image"),
+], ids=["no-key", "no-column-names", "no-image"])
+def test_unprobeable_row_changes_are_counted(change: RowChange, skipped: str) -> None:
+    b = ProbeBatcher()
+    assert b.add(change) == ()
+    assert b.flush() == []
+    assert dict(b.skipped) == {skipped: 1}
+    assert b.last_reason[skipped].startswith("shop.")
+
+
+def test_fulltext_shaped_index_is_not_probed() -> None:
+    # A BLOB/TEXT index without a prefix is FULLTEXT (or a hash): FORCE INDEX could not seek it.
+    plan = plan_table(FULLTEXT)
+    assert plan.skipped_indexes == [("ft", "blob column body without a prefix")]
+    probes = probes_for(RowChange(FULLTEXT, D, (1, "words", "title"), None))
+    assert {p.index: p.covering for p in probes} == {"PRIMARY": True, "title_pfx": False}
+
+
+def test_schema_filters() -> None:
+    b = ProbeBatcher(schemas=["shop", "mysql"], exclude_schemas=["mysql"])
+    other = TableInfo("crm", "t", ORDERS.columns, PK, (PK,), (0, 1, 2, 4), "table_map")
+    assert b.add(RowChange(other, D, ROW, None)) == ()
+    assert b.add_statement(Statement("crm", "DELETE FROM t WHERE id = 1", 0, 0)) == ()
+    assert b.add_statement(Statement("mysql", "DELETE FROM user WHERE 0", 0, 0)) == ()
+    assert b.skipped["schema_excluded"] == 3
+    assert len(b.add_statement(Statement("shop", "DELETE FROM t WHERE id = 1", 0, 0))) == 1
+
+
+def test_not_null_unique_key_is_the_clustered_index() -> None:
+    uk = Index("uk", (0,), unique=True)
+    table = TableInfo("shop", "codes", (col("code", "varchar", False, "utf8"),), uk, (uk,), (0,), "x")
+    [probe] = probes_for(RowChange(table, D, ("x",), None))
+    assert (probe.index, probe.kind) == ("uk", "pk")
+
+
+# ---- batching ----------------------------------------------------------------------
+
+PK_ONLY = TableInfo("shop", "kv", (col("id"),), PK, (PK,), (0,), "table_map")
+
+
+def deletes(*ids: int) -> list[RowChange]:
+    return [RowChange(PK_ONLY, D, (i,), None) for i in ids]
+
+
+@pytest.mark.parametrize(("max_keys", "ids", "batches"), [
+    (16, (1, 2, 1, 3, 1), [(1, 2, 3)]),
+    (2, (1, 2, 3, 4, 5), [(1, 2), (3, 4), (5,)]),
+    (2, (1, 2, 2, 3), [(1, 2), (2, 3)]),  # a key is only deduplicated while it waits
+    (1, (1, 1, 2), [(1,), (1,), (2,)]),
+    (3, (), []),
+], ids=["dedup-in-window", "full-batches-then-flush", "dedup-only-while-waiting", "one-key", "nothing"])
+def test_batching(max_keys: int, ids: tuple[int, ...], batches: list[tuple[int, ...]]) -> None:
+    b = ProbeBatcher(max_keys=max_keys)
+    assert [p.params for p in probes_for(*deletes(*ids), batcher=b)] == batches
+    assert b.pending == 0
+    assert b.keys == len(ids)
+    assert b.duplicates == len(ids) - sum(len(x) for x in batches)
+
+
+def test_full_batches_come_out_of_add_the_rest_out_of_flush() -> None:
+    b = ProbeBatcher(max_keys=3)
+    outs = [b.add(c) for c in deletes(1, 2, 3, 4)]
+    assert [len(o) for o in outs] == [0, 0, 1, 0]
+    assert b.pending == 1
+    assert [p.params for p in b.flush()] == [(4,)]
+
+
+def test_sql_text_is_stable_per_table_index_and_size() -> None:
+    a = probes_for(*deletes(1, 2, 3), max_keys=3)
+    b = probes_for(*deletes(7, 8, 9), max_keys=3)
+    c = probes_for(*deletes(7, 8), max_keys=3)
+    assert a[0].sql == b[0].sql
+    assert a[0].sql != c[0].sql
+
+
+def test_reset_forgets_waiting_keys() -> None:
+    b = ProbeBatcher()
+    for c in deletes(1, 2):
+        b.add(c)
+    b.reset()
+    assert b.flush() == []
+    assert [p.params for p in probes_for(*deletes(3), batcher=b)] == [(3,)]
+
+
+def test_undecodable_text_is_dropped_not_sent() -> None:
+    table = TableInfo("shop", "s", (col("code", "varchar", False, "utf8"),), PK, (PK,), (0,), "table_map")
+    b = ProbeBatcher()
+    probes = probes_for(RowChange(table, D, ("ok",), None), RowChange(table, D, ("bad\udcff",), None),
+                        batcher=b)
+    assert [p.params for p in probes] == [("ok",)]
+    assert b.skipped["undecodable_value"] == 1
+
+
+def test_plan_is_cached_per_table_object() -> None:
+    b = ProbeBatcher()
+    same = TableInfo(*(getattr(ORDERS, f) for f in ORDERS.__slots__))  # equal, but another object
+    assert b.plan(ORDERS) is b.plan(ORDERS)
+    assert b.plan(same) is not b.plan(ORDERS)
+
+
+def test_feed_routes_events() -> None:
+    b = ProbeBatcher(max_keys=1)
+    assert len(b.feed(RowChange(PK_ONLY, D, (1,), None))) == 1
+    assert len(b.feed(Statement("shop", "DELETE FROM kv WHERE id > 5", 0, 0))) == 1
+    assert b.feed(LoadData("shop", "LOAD DATA INFILE 'f' INTO TABLE kv", 0, 0, 10, 1)) == ()
+    assert b.feed(Ddl("shop", "ALTER TABLE kv ADD x INT", ("shop.kv",), 0)) == ()
+    assert b.feed(TransactionStart("f", 4, None, None, None, 0.0, 0, 1)) == ()
+    assert b.feed(Statement("shop", "INSERT INTO kv VALUES (1)", 0, 0)) == ()
+    assert dict(b.skipped) == {"load_data": 1, "not_dml": 1, "insert_statement": 1}
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1000, "16", 2.0, True], ids=str)
+def test_max_keys_out_of_range_is_a_user_error(bad: object) -> None:
+    with pytest.raises(PrefetchConfigError) as err:
+        ProbeBatcher(max_keys=bad)  # type: ignore[arg-type]
+    assert isinstance(err.value, LagdError)
+    assert "1 and 999" in err.value.message
+    assert err.value.fix and "16" in err.value.fix
+
+
+ODD = TableInfo(
+    "we`ird", "tä`b", (col("i`d"), col("日本", "varchar", False, "utf8mb4")),
+    Index("PRIMARY", (0,), True, True),
+    (Index("PRIMARY", (0,), True, True), Index("ix`1", (1,), unique=False)), (0, 1), "table_map",
+)
+
+
+def test_odd_identifiers_are_quoted() -> None:
+    by_index = {p.index: p for p in probes_for(RowChange(ODD, D, (1, "値"), None))}
+    assert by_index["ix`1"].sql == ("SELECT 1 FROM `we``ird`.`tä``b` FORCE INDEX (`ix``1`)"
+                                    " WHERE (`日本`, `i``d`) IN ((%s, %s))")
+    assert by_index["ix`1"].params == ("値", 1)

@@ -1,11 +1,217 @@
-"""lagd: the daemon entry point (grown by the daemon issue)."""
+"""lagd: the daemon's entry point and lifecycle.
+
+One ``asyncio.run``: the runtime's tasks, the HTTP server, signals and the
+systemd notify protocol. SIGTERM/SIGINT stop it (probes in flight are
+abandoned: their server-side timeout ends them), SIGHUP re-reads the config
+and keeps the old one, saying why, when the new one is invalid.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
 import click
+
+from lagd import sdnotify
+from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, changed_keys, load_settings
+from lagd.errors import LagdError
+from lagd.heartbeat import heartbeat_command
+from lagd.http import HttpServer
+from lagd.runtime import Runtime
+
+log = logging.getLogger("lagd")
+
+STOP_BUDGET = 4.0  # seconds: exit well within systemd's and the issue's 5 s
+
+
+class _JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {"ts": round(record.created, 3), "level": record.levelname.lower(),
+                               "logger": record.name, "msg": record.getMessage()}
+        for key in ("rule", "severity", "kind", "rows", "bytes", "estimated_seconds"):
+            if hasattr(record, key):
+                out[key] = getattr(record, key)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def setup_logging(settings: Settings) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    if settings.log.format == "json":
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(settings.log.level.upper())
+
+
+def status_line(rt: Runtime) -> str:
+    """The one-line STATUS= for systemctl status."""
+    lag = rt.lag
+    if lag is None:
+        return "starting: no lag reading yet"
+    known = lag.lag is not None and lag.lag_method is not None
+    value = f"{lag.lag:.1f}s by {lag.lag_method.value}" if known and lag.lag_method else "unknown"
+    pf = rt.engine.state if rt.engine is not None else "off"
+    return f"{lag.state.value}: lag {value}; prefetch {pf}"
+
+
+class Daemon:
+    def __init__(self, settings: Settings, config_path: Path | None) -> None:
+        self.settings = settings
+        self.config_path = config_path
+        self.runtime = Runtime(settings, config_path, on_ready=self._ready)
+        self.http: HttpServer | None = None
+        self.stop = asyncio.Event()
+        self.reload_requested = asyncio.Event()
+
+    def _snapshot(self) -> Any:
+        return self.runtime.snapshot()
+
+    def _ready(self) -> None:
+        sdnotify.ready(status_line(self.runtime))
+        log.info("ready: %s", status_line(self.runtime))
+
+    async def _start_http(self) -> None:
+        if self.settings.http.enabled:
+            # Through self: a reload may replace the runtime under a running server.
+            self.http = HttpServer(self._snapshot, self.settings.http.host, self.settings.http.port)
+            await self.http.start()
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        loop.add_signal_handler(signal.SIGHUP, self.reload_requested.set)
+        for note in self.settings.notes():
+            log.warning("config: %s", note)
+        try:
+            await self._start_http()
+        except OSError as e:
+            raise LagdError(f"cannot listen on {self.settings.http.listen}: {e.strerror or e}",
+                            fix="choose a free port in http.listen, or stop what uses it") from e
+        self.runtime.start()
+        watchdog = asyncio.create_task(self._watchdog(), name="watchdog")
+        try:
+            while not self.stop.is_set():
+                waiters = [asyncio.create_task(self.stop.wait()),
+                           asyncio.create_task(self.reload_requested.wait())]
+                await asyncio.wait(waiters, timeout=5.0, return_when=asyncio.FIRST_COMPLETED)
+                for w in waiters:
+                    w.cancel()
+                if self.reload_requested.is_set() and not self.stop.is_set():
+                    self.reload_requested.clear()
+                    await self.reload()
+                sdnotify.status(status_line(self.runtime))
+        finally:
+            sdnotify.stopping()
+            log.info("stopping")
+            watchdog.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._shutdown(), STOP_BUDGET)
+        return 0
+
+    async def _shutdown(self) -> None:
+        await self.runtime.stop()
+        if self.http is not None:
+            await self.http.stop()
+
+    async def reload(self) -> None:
+        sdnotify.reloading()
+        try:
+            new = load_settings(self.config_path)
+            new.replica.check_password()
+        except LagdError as e:
+            problems = getattr(e, "problems", None) or (str(e),)
+            msg = "; ".join(problems)
+            self.runtime.config_error = f"reload refused, still running on the previous config: {msg}"
+            log.error("reload refused, keeping the previous config: %s", msg)
+            sdnotify.ready(f"reload refused: {msg[:200]}")
+            return
+        changed = changed_keys(self.settings, new)
+        self.runtime.config_error = None
+        log.info("reloaded %s: %s", self.config_path, ", ".join(changed) or "nothing changed")
+        restart = any(k.startswith(("replica.", "http.", "prefetch.enabled", "prefetch.connections",
+                                    "prefetch.statement_timeout_ms", "prefetch.max_keys_per_probe",
+                                    "prefetch.schemas", "prefetch.exclude_schemas")) for k in changed)
+        if any(k.startswith("log.") for k in changed):
+            setup_logging(new)
+        self.settings = new
+        if restart:
+            # The replica, its credentials or the probe sessions change: start the subsystems afresh.
+            await self.runtime.stop()
+            if self.http is not None and any(k.startswith("http.") for k in changed):
+                await self.http.stop()
+                self.http = None
+            self.runtime = Runtime(new, self.config_path, on_ready=lambda: None)
+            self.runtime.start()
+            if self.http is None:
+                await self._start_http()
+        else:
+            self.runtime.apply(new)
+        sdnotify.ready(status_line(self.runtime))
+
+    async def _watchdog(self) -> None:
+        """WATCHDOG=1 only while the main loop and the lag poller make progress."""
+        interval = sdnotify.watchdog_interval()
+        if interval is None:
+            return
+        while True:
+            rt = self.runtime
+            now = time.monotonic()
+            fresh_loop = now - rt.loop_tick < 3 * max(1.0, interval)
+            fresh_lag = now - rt.last_lag_loop < max(30.0, 5 * self.settings.lag.poll_interval)
+            if fresh_loop and fresh_lag:
+                sdnotify.watchdog()
+            else:
+                log.error("not pinging the watchdog: main loop %.0f s, lag poller %.0f s behind",
+                          now - rt.loop_tick, now - rt.last_lag_loop)
+            await asyncio.sleep(interval)
 
 
 @click.group()
 @click.version_option(package_name="lagd")
 def main() -> None:
     """lagd: replication-lag mitigation daemon."""
+
+
+@main.command("run")
+@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
+              help=f"TOML config (default {DEFAULT_CONFIG_PATH} when it exists, else built-in defaults)")
+def run_command(config_path: Path | None) -> None:
+    """Run the daemon in the foreground (systemd: Type=notify)."""
+    if config_path is None and DEFAULT_CONFIG_PATH.exists():
+        config_path = DEFAULT_CONFIG_PATH
+    try:
+        settings = load_settings(config_path)
+        settings.replica.check_password()
+    except ConfigError as e:
+        for p in e.problems:
+            click.echo(f"lagd: {p}", err=True)
+        sys.exit(2)
+    except LagdError as e:
+        click.echo(f"lagd: {e}", err=True)
+        sys.exit(2)
+    setup_logging(settings)
+    try:
+        sys.exit(asyncio.run(Daemon(settings, config_path).run()))
+    except LagdError as e:
+        log.error("%s", e)
+        sys.exit(1)
+
+
+main.add_command(heartbeat_command)
+
+
+if __name__ == "__main__":
+    main()

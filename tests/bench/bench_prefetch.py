@@ -37,6 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pymysql
+import pymysql.cursors
+
 from lagd.relaylog import LogFiles, RelayLogReader, TableMapResolver, TransactionEnd, TransactionStart
 from lagd.sandbox import Sandbox, SandboxConfig
 from lagd.sandbox_server import default_cache_dir
@@ -58,6 +61,7 @@ DEFAULT_MODES = "cold,prefetch,hot,parallel,parallel+pf"
 HARM_MODES = "harm_hot,harm_hot+pf,harm_32m,harm_32m+pf"
 SERVER_OPTIONS: dict[str, str] = {}  # extra replica options for every run (--server-options)
 PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-options)
+NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
 
 
@@ -136,6 +140,9 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         rep.send_signal(signal.SIGTERM)
         rep.wait_exit(300)
     prefetch_setup.restore(cache, workload, rep.datadir)
+    # The copy leaves gigabytes of dirty page cache; written back during the
+    # run it would compete with the replica's own I/O, unevenly across runs.
+    os.sync()
     rep.options["innodb-buffer-pool-size"] = pool
     rep.options["innodb-log-file-size"] = "1G"
     rep.options.update(SERVER_OPTIONS)
@@ -155,7 +162,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     if prefetch:
         spec = {"host": rep.dsn.host, "port": rep.dsn.port, "user": rep.dsn.user,
                 "password": rep.dsn.password, "index": str(sb.relay_log_index()),
-                "pool_bytes": POOL_BYTES[pool], "options": PF_OPTIONS}
+                "pool_bytes": POOL_BYTES[pool], "options": PF_OPTIONS, "nice": NICE[0]}
         child = subprocess.Popen([sys.executable, "-m", "tests.bench.prefetch_runner", json.dumps(spec)],
                                  stdout=subprocess.PIPE, text=True)
         assert child.stdout is not None
@@ -167,10 +174,19 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     t0 = time.monotonic()
     server_cpu0 = _cpu_seconds(rep.pid) if rep.pid else 0.0
     busy0 = _machine_busy()
+    # One connection for the whole poll: a fresh one every 50 ms (connect,
+    # authenticate, tear down) cost the machine more CPU than lagd itself.
+    poll = rep.connect(cursorclass=pymysql.cursors.DictCursor)
+    poll_cur = poll.cursor()
+
+    def slave_status() -> dict[str, Any]:
+        poll_cur.execute("SHOW SLAVE STATUS")
+        return dict(poll_cur.fetchone())
+
     rep.query("START SLAVE SQL_THREAD")
     lag: list[tuple[float, float]] = []
     while True:
-        st = rep.query("SHOW SLAVE STATUS")[0]
+        st = slave_status()
         now = time.monotonic() - t0
         pos = int(st["Exec_Master_Log_Pos"])
         i = bisect.bisect_right(ends, pos)
@@ -181,6 +197,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
             raise RuntimeError(f"the SQL thread stopped: {st['Last_SQL_Error']}")
         time.sleep(0.05)
     seconds = time.monotonic() - t0
+    poll.close()
     server_cpu = (_cpu_seconds(rep.pid) - server_cpu0) if rep.pid else 0.0
     busy1 = _machine_busy()
     machine_busy = (busy1[0] - busy0[0]) / max(1e-9, busy1[1] - busy0[1])  # share of all cores
@@ -213,7 +230,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("docs"), help="where benchmarks.md and the plot go")
     ap.add_argument("--pf-options", default="{}", help="JSON of prefetch options (experiments)")
     ap.add_argument("--server-options", default="{}", help="JSON of extra replica options for all runs")
+    ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
     args = ap.parse_args(argv)
+    NICE[0] = args.nice
     PF_OPTIONS.update(json.loads(args.pf_options))
     SERVER_OPTIONS.update(json.loads(args.server_options))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -339,6 +358,9 @@ replication, 8 threads, optimistic), `parallel+pf` (both). Harm checks:
 `harm_hot` (everything in memory) and `harm_32m` (a 32 MB pool), each without
 and with lagd. "vs baseline" is the apply rate against the run named in
 brackets; "of hot" the fraction of the hot bound.
+
+What the figures mean, where the time goes, and runs made after later
+changes: [prefetch.md](prefetch.md#benchmark).
 
 {table}
 

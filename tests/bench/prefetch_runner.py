@@ -24,6 +24,8 @@ from lagd.prefetch.service import Endpoint, PrefetchOptions, build_engine
 
 
 async def main(spec: dict) -> None:
+    if spec.get("nice"):
+        os.nice(int(spec["nice"]))  # as the systemd unit's Nice= does for lagd run
     endpoint = Endpoint(spec["host"], spec["port"], spec["user"], spec["password"])
     opts = PrefetchOptions(**spec.get("options", {}))
     engine = await build_engine(

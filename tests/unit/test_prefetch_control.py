@@ -129,3 +129,15 @@ def test_backoff_is_capped_and_jittered(attempt):
     expected = min(10.0, 0.2 * 2 ** min(attempt, 16))
     assert backoff_delay(attempt, base=0.2, cap=10.0, rng=lambda: 1.0) == expected
     assert backoff_delay(attempt, rng=lambda: 0.0) == 0.0
+
+
+@pytest.mark.parametrize(("probed", "reads", "worth"), [
+    (16, 16, False),    # too few rows to judge
+    (64, 64, True),     # every probed row was a disk read: cold data
+    (64, 16, True),     # a quarter
+    (64, 15, False),
+    (256, 0, False),    # in memory already
+])
+def test_worth_warming(probed, reads, worth):
+    w = control.Window(0.0, True, 0, probed, reads, 0, 0)
+    assert control.worth_warming(w) is worth

@@ -145,6 +145,12 @@ def nothing_to_warm(w: Window) -> str | None:
     return None
 
 
+def worth_warming(w: Window) -> bool:
+    """Probes made the server read from disk: pages were missing, so probing
+    at full concurrency can pay. Until then the engine keeps a trickle."""
+    return w.probed_rows >= 32 and w.pool_reads >= 0.25 * w.probed_rows
+
+
 def thrashing(w: Window) -> str | None:
     """Why the lead is too long now, or None: the server read clearly more
     pages than lagd probed keys, so prefetched pages were evicted before the

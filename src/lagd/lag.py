@@ -451,11 +451,19 @@ class LagTracker:
 
         # The applied position in source time: the oldest unapplied commit
         # time, or "now" when caught up; its advance per second is the speed.
-        if ev.raw is not None:
-            self._speed.add(mono, now - ev.raw)
+        if st is not None and not st.sql_running:
+            # Stopped, the speed is 0; smoothed over a minute, those zeros would
+            # hold the ETA at infinity well into the catch-up that follows a
+            # restart. So the smoothing starts again from the first interval
+            # of applying.
+            self._speed = DecayingRate(self._rate_time_constant, counter=False)
+            speed: float | None = 0.0
+        else:
+            if ev.raw is not None:
+                self._speed.add(mono, now - ev.raw)
+            speed = self._speed.value
         self._transactions.add(mono, inputs.applied_transactions)
         self._rows.add(mono, inputs.applied_rows)
-        speed = self._speed.value
         rates = ApplyRates(
             None if speed is None else max(0.0, speed),
             self._transactions.value,

@@ -219,6 +219,7 @@ class Runtime:
                 st.ok(t0)
                 self._mariadb = bool(self.monitor.flavor and self.monitor.flavor.is_mariadb)
                 pos = RelayPosition(sample.status.relay_log_file, sample.status.relay_log_pos)
+                self._follow_relay_reset(pos)
                 self.backlog.applied_up_to(pos)
                 self.advisor.applied_up_to(pos, self.backlog)
             else:
@@ -242,6 +243,22 @@ class Runtime:
                 self.ready = True
                 self.on_ready()
             await self._sleep(self.settings.lag.poll_interval - (time.monotonic() - t0))
+
+    _last_sql_pos: RelayPosition | None = None
+
+    def _follow_relay_reset(self, pos: RelayPosition) -> None:
+        # The SQL thread never moves back by itself: a position below the last
+        # one means the relay log was started anew (MariaDB's GTID replica
+        # does so when it restarts; RESET SLAVE, CHANGE MASTER). What the
+        # look-ahead read from the old files would never be applied.
+        last, self._last_sql_pos = self._last_sql_pos, pos
+        if last is None or not pos < last or self._reader is None:
+            return
+        log.info("relay log: the SQL thread moved back from %s:%d to %s:%d (relay log started anew); "
+                 "reading again from there", last.file, last.offset, pos.file, pos.offset)
+        self._reader.seek(pos)
+        self.backlog.reset()
+        self.advisor.reset()
 
     async def _sleep(self, seconds: float) -> None:
         if seconds > 0:

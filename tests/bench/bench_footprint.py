@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import tempfile
 import threading
 import time
@@ -25,15 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from lagd.sandbox import Sandbox, SandboxConfig
+from tests.bench.bench_prefetch import _cpu_seconds
 from tests.integration.daemon_util import running_daemon
 from tests.integration.test_relaylog_sandbox import wait_received
 
 ROW_BYTES = 510  # two CHAR(255) columns: before and after image make an event of about 1 KB
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _mem_kb(pid: int) -> dict[str, int]:

@@ -118,14 +118,14 @@ def test_lag_methods_states_and_eta(sandbox: Sandbox, schema: str, heartbeat, wr
         # thread (so it catches up at a few times the source's pace), predicted
         # against the real time to catch up.
         sb.stop_sql_thread()
-        burst_stop = threading.Event()
+        stops = [threading.Event() for _ in range(3)]
 
         def burst(seed: int) -> None:
             conn = sb.source.connect(schema)
             try:
                 with conn.cursor() as cur:
                     n = seed
-                    while not burst_stop.is_set():
+                    while not stops[seed].is_set():
                         lo = n % 200
                         cur.execute("UPDATE t SET v = v + 1 WHERE id BETWEEN %s AND %s", (lo, lo + 20))
                         n += 7
@@ -135,9 +135,14 @@ def test_lag_methods_states_and_eta(sandbox: Sandbox, schema: str, heartbeat, wr
         bursts = [threading.Thread(target=burst, args=(i,), daemon=True) for i in range(3)]
         for b in bursts:
             b.start()
-        time.sleep(10)
-        burst_stop.set()
-        for b in bursts:
+        # Long enough that the catch-up spans many lag polls (event times have
+        # a resolution of one second on MariaDB).
+        time.sleep(30)
+        # The ETA's model: the source goes on writing while the replica catches
+        # up (lag / (speed - 1)). One session keeps writing until it has.
+        for e in stops[1:]:
+            e.set()
+        for b in bursts[1:]:
             b.join(10)
         sb.start_sql_thread()
         started = time.monotonic()
@@ -153,9 +158,14 @@ def test_lag_methods_states_and_eta(sandbox: Sandbox, schema: str, heartbeat, wr
                 etas.append((time.monotonic() - started, float(eta)))
             time.sleep(0.25)
         real = time.monotonic() - started
+        stops[0].set()
+        bursts[0].join(10)
         print("ETA readings (at, eta, speed):", seen[:16])
         print(f"caught up in {real:.1f} s; ETA readings (at, eta): "
               + ", ".join(f"({a:.1f}, {e:.1f})" for a, e in etas[:12]))
+        for at, eta in etas[:1] + etas[len(etas) // 4:len(etas) // 4 + 1]:
+            print(f"ETA at {at:.1f} s: {eta:.1f} s vs {real - at:.1f} s real "
+                  f"({abs(eta - (real - at)) / max(real - at, 0.1):.0%} off)")
         if etas:
             at, eta = etas[len(etas) // 2]
             remaining = real - at

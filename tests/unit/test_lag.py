@@ -491,6 +491,23 @@ def test_apply_speed_in_source_seconds_per_second_and_eta() -> None:
     assert last.eta == pytest.approx(80.0 / 2.0)  # lag / (speed - 1)
 
 
+def test_speed_after_a_stopped_sql_thread_is_not_averaged_with_the_stop() -> None:
+    # 60 s stopped (speed 0), then applying 3 source seconds per second: the
+    # ETA is finite from the second reading of the catch-up, not held at
+    # infinity by a minute of smoothed zeros.
+    stopped = [inputs(t, status=status(sql_running=False, seconds_behind=None),
+                      applying_commit_time=NOW - 100 - t, backlog=Backlog(50, 10_000, 500, NOW - 100 - t))
+               for t in range(0, 60, 5)]
+    resumed = [inputs(60 + t, status=status(seconds_behind=int(160 - 2 * t)),
+                      applying_commit_time=NOW - 100 + 3 * t,
+                      backlog=Backlog(50, 10_000, 500, NOW - 100 + 3 * t))
+               for t in range(0, 3)]
+    rs = run(LagTracker(), stopped + resumed)
+    assert rs[len(stopped) - 1].rates.speed == 0.0 and rs[len(stopped) - 1].eta == math.inf
+    assert rs[-1].rates.speed == pytest.approx(3.0)
+    assert rs[-1].eta is not None and math.isfinite(rs[-1].eta)
+
+
 def test_idle_replica_is_caught_up_whatever_the_heartbeat_age() -> None:
     rs = run(LagTracker(), [inputs(t, heartbeat=hb_row(0.6, t)) for t in range(3)])
     assert rs[-1].state is ReplicaState.IDLE

@@ -344,7 +344,9 @@ class PrefetchEngine:
             self.state, self.reason = "paused", sample.error or "no replica status"
             return 1.0
         pos = RelayPosition(st.relay_log_file, st.relay_log_pos)
-        applied = self._advance_sql(self._key(pos.file, pos.offset), now)
+        key = self._key(pos.file, pos.offset)
+        moved_back = self._sql_pos is not None and key < self._sql_pos
+        applied = self._advance_sql(key, now)
         self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
         if not st.sql_running:
             self.state, self.reason = "paused", "the SQL thread is stopped"
@@ -359,7 +361,9 @@ class PrefetchEngine:
             return 0.5
         same_file = st.read_source_log_file == st.relay_source_log_file
         backlog = st.read_source_log_pos - st.exec_source_log_pos if same_file else None
-        overtaken = pos > self.reader.position
+        # The SQL thread moved back: the relay log was started anew (a GTID
+        # replica's restart, RESET SLAVE); the cursor's window is gone.
+        overtaken = pos > self.reader.position or moved_back
         if backlog is not None and 0 <= backlog < _CAUGHT_UP_BYTES and not self._ahead:
             # Caught up: follow the SQL thread without decoding or probing. The
             # next backlog may be another workload: probation again.

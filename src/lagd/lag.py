@@ -456,7 +456,7 @@ class LagTracker:
             # hold the ETA at infinity well into the catch-up that follows a
             # restart. So the smoothing starts again from the first interval
             # of applying.
-            self._speed = DecayingRate(self._rate_time_constant, counter=False)
+            self._speed.reset()
             speed: float | None = 0.0
         else:
             if ev.raw is not None:

@@ -78,6 +78,11 @@ class DecayingRate:
         """The smoothed rate per second, None until two samples were seen."""
         return self._value
 
+    def reset(self) -> None:
+        """Forget the history: the next two samples start the rate afresh."""
+        self._last = None
+        self._value = None
+
     def add(self, at: float, total: float) -> float | None:
         """Record the cumulative ``total`` at monotonic time ``at``; returns :attr:`value`."""
         if self._last is None:

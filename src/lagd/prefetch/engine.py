@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lagd.lag_rates import DecayingRate
 from lagd.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control
 from lagd.prefetch.pool import Outcome, ProbePool
@@ -129,7 +130,8 @@ class PrefetchEngine:
         # transactions/s a 20 ms poll hides 240 of them): a probe that finishes
         # in that gap is judged against where the SQL thread is estimated to be.
         self._sql_seen_at: float | None = None
-        self._trx_per_s = 0.0
+        self._popped = 0  # transactions seen applied, cumulative
+        self._trx_rate = DecayingRate(0.1)  # a few polls: the rate of the last ~100 ms
         self._win: dict[str, float] = {}
         self.static_off = control.pool_too_small(limits)
         self._sample: Sample | None = None
@@ -139,9 +141,8 @@ class PrefetchEngine:
         self._checked_rows = 0
         self._checked_reads = -1.0
         self._windows_since_compare = 0
-        # The server read pages for our probes: full speed allowed. Without the
-        # adaptive control there is no check to pass: full speed from the start.
-        self._proven = not tuning.adaptive
+        self._proven = False  # the server read pages for our probes: full speed allowed
+        self._start_probation()
         self._probation_from = 0  # rows_probed when the last quick check judged
         pool._on_done = self._on_done  # the engine accounts for every probe
 
@@ -166,7 +167,12 @@ class PrefetchEngine:
         the last poll at its recent rate."""
         if self._sql_seen_at is None:
             return float(self._applied_seq)
-        return self._applied_seq + self._trx_per_s * max(0.0, self._clock() - self._sql_seen_at)
+        rate = self._trx_rate.value or 0.0
+        return self._applied_seq + rate * max(0.0, self._clock() - self._sql_seen_at)
+
+    def _start_probation(self) -> None:
+        # Without the adaptive control there is no check to pass: full speed.
+        self._proven = not self.tuning.adaptive
 
     def _skip(self, reason: str, n: int = 1) -> None:
         self.counters.skipped[reason] = self.counters.skipped.get(reason, 0) + n
@@ -181,7 +187,7 @@ class PrefetchEngine:
 
     def _advance_sql(self, pos: tuple[int, int], now: float) -> int:
         """Pop what the SQL thread has applied; returns rows applied."""
-        rows = popped = 0
+        rows = 0
         moved = self._sql_pos is None or pos != self._sql_pos
         self._sql_pos = pos
         while self._ahead and self._ahead[0].end is not None and self._ahead[0].end <= pos:
@@ -192,10 +198,8 @@ class PrefetchEngine:
             self._lead_rows -= t.rows
             self._lead_bytes -= t.bytes
             self._lead_pages -= t.probed
-            popped += 1
-        if self._sql_seen_at is not None and now > self._sql_seen_at:
-            rate = popped / (now - self._sql_seen_at)
-            self._trx_per_s = rate if self._trx_per_s == 0.0 else 0.8 * self._trx_per_s + 0.2 * rate
+            self._popped += 1
+        self._trx_rate.add(now, self._popped)
         self._sql_seen_at = now
         if moved:
             self._head_since = now
@@ -350,7 +354,7 @@ class PrefetchEngine:
         self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
         if not st.sql_running:
             self.state, self.reason = "paused", "the SQL thread is stopped"
-            self._proven = not self.tuning.adaptive
+            self._start_probation()
             return 0.5
         if self.static_off is not None:
             # Off by a standing verdict: only keep the cursor with the SQL thread.
@@ -367,7 +371,7 @@ class PrefetchEngine:
         if backlog is not None and 0 <= backlog < _CAUGHT_UP_BYTES and not self._ahead:
             # Caught up: follow the SQL thread without decoding or probing. The
             # next backlog may be another workload: probation again.
-            self._proven = not self.tuning.adaptive
+            self._start_probation()
             if overtaken:
                 self.reader.seek(pos)
                 self._reset_window()

@@ -31,7 +31,7 @@ from lagd.lag_rates import (
     WindowAverages,
     catch_up_eta,
 )
-from lagd.replica import IoState, ReplicaStatus
+from lagd.mysql.replica import IoState, ReplicaStatus
 
 __all__ = [
     "ApplyRates",

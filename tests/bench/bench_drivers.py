@@ -24,7 +24,7 @@ from typing import Any
 
 import pymysql
 
-from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 
 SQL = "SELECT 1 FROM t FORCE INDEX (PRIMARY) WHERE id IN ({})".format(", ".join(["%s"] * 16))
 ROWS = 100_000

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.bench.bench_prefetch import _cpu_seconds
 from tests.integration.daemon_util import running_daemon
 from tests.integration.test_relaylog_sandbox import wait_received

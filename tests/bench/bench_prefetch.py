@@ -41,8 +41,8 @@ import pymysql
 import pymysql.cursors
 
 from lagd.relaylog import LogFiles, RelayLogReader, TableMapResolver, TransactionEnd, TransactionStart
-from lagd.sandbox import Sandbox, SandboxConfig
-from lagd.sandbox_server import default_cache_dir
+from lagd.sandbox.pair import Sandbox, SandboxConfig
+from lagd.sandbox.server import default_cache_dir
 from tests.bench import prefetch_setup
 
 MODES = {

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.relaylog import Column, Index, LogFiles, RelayLogReader, RowChange, RowKind, TableInfo
-from lagd.sandbox_server import default_cache_dir
+from lagd.sandbox.server import default_cache_dir
 from tests.bench.bench_reader import SbtestResolver
 
 PK = Index("PRIMARY", (0,), unique=True, primary=True)

@@ -19,8 +19,9 @@ import signal
 import sys
 from pathlib import Path
 
+from lagd.mysql.endpoint import Endpoint
 from lagd.prefetch.rewrite import ProbeBatcher
-from lagd.prefetch.service import Endpoint, PrefetchOptions, build_engine
+from lagd.prefetch.service import PrefetchOptions, build_engine
 
 
 async def main(spec: dict) -> None:

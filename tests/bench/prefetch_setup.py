@@ -35,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 
 log = logging.getLogger("bench.setup")
 

@@ -1,4 +1,4 @@
-"""Fixtures for the integration tests: real mariadbd servers from lagd.sandbox.
+"""Fixtures for the integration tests: real mariadbd servers from lagd.sandbox.pair.
 
 One source/replica pair (GTID replication) serves the whole session; starting
 it costs about a second once the template datadir is cached. Tests isolate
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 
 _HERE = Path(__file__).resolve().parent
 

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from lagd.sandbox import Sandbox
-from lagd.sandbox_server import free_port
+from lagd.sandbox.pair import Sandbox
+from lagd.sandbox.server import free_port
 
 LAGD = [str(Path(sys.executable).parent / "lagd")]
 

@@ -1,5 +1,5 @@
 """The advisor runtime against the sandbox replica: refresh over a real PyMySQL
-connection in a worker thread (as lagd.runtime's ``blocking`` runs it), and
+connection in a worker thread (as lagd.daemon.runtime's ``blocking`` runs it), and
 a big transaction followed from the relay log until the SQL thread has
 applied it, with positions and lag readings taken from the server."""
 
@@ -17,11 +17,12 @@ import pymysql.cursors
 import pytest
 
 from lagd.advisor import RULES, ApplyRateModel
-from lagd.advisor_runtime import AdvisorRuntime
+from lagd.advisor.runtime import AdvisorRuntime
 from lagd.backlog import Backlog
 from lagd.config import load_settings
 from lagd.lag import Backlog as LagBacklog
 from lagd.lag import LagInputs, LagReading, LagTracker, ReplicaState
+from lagd.mysql.replica import fetch_replica_status
 from lagd.relaylog import (
     LogFiles,
     RelayLogReader,
@@ -31,8 +32,7 @@ from lagd.relaylog import (
     TransactionEnd,
     TransactionStart,
 )
-from lagd.replica import fetch_replica_status
-from lagd.sandbox import Sandbox
+from lagd.sandbox.pair import Sandbox
 from tests.integration.test_relaylog_sandbox import sql_position, wait_received
 
 T = TypeVar("T")
@@ -126,7 +126,7 @@ async def test_a_failed_refresh_is_recorded_raised_and_cleared(sandbox: Sandbox)
 
 
 class Tail:
-    """lagd.runtime's tail task: the reader feeds the Backlog and the advisor."""
+    """lagd.daemon.runtime's tail task: the reader feeds the Backlog and the advisor."""
 
     def __init__(self, sb: Sandbox, adv: AdvisorRuntime, backlog: Backlog) -> None:
         self.reader = RelayLogReader(LogFiles(sb.relay_log_index()), sql_position(sb))

@@ -32,8 +32,8 @@ from lagd.advisor import (
     split_advice,
 )
 from lagd.relaylog import LogFiles, RelayLogReader
-from lagd.sandbox import Sandbox, SandboxConfig
-from lagd.sandbox_config import gtid_pos_reached
+from lagd.sandbox.config import gtid_pos_reached
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.test_relaylog_sandbox import sql_position, wait_received
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "server_vars"

@@ -1,7 +1,7 @@
 """``lagctl advise`` with click's CliRunner against the sandbox replica.
 
 The daemon is a closed port (bound, not listening: refused at once), so the
-command falls back to the replica; and a real ``lagd.http`` app serving a
+command falls back to the replica; and a real ``lagd.daemon.http`` app serving a
 snapshot of a real AdvisorRuntime (refreshed from the sandbox, fed synthetic
 relay-log events) stands in for a running daemon.
 """
@@ -24,12 +24,13 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner, Result
 
-from lagd import cli_advise
 from lagd.advisor import RULES
-from lagd.advisor_runtime import AdvisorRuntime
-from lagd.cli_advise import advise
+from lagd.advisor.runtime import AdvisorRuntime
+from lagd.cli import advise as cli_advise
+from lagd.cli.advise import advise
 from lagd.config import settings_from_dict
-from lagd.http import make_app
+from lagd.daemon.http import make_app
+from lagd.daemon.state import Snapshot
 from lagd.relaylog import (
     Column,
     Event,
@@ -42,8 +43,7 @@ from lagd.relaylog import (
     TransactionEnd,
     TransactionStart,
 )
-from lagd.sandbox import Sandbox
-from lagd.state import Snapshot
+from lagd.sandbox.pair import Sandbox
 
 PASSWORD_ENV = "LAGD_TEST_ADVISE_PASSWORD"
 
@@ -215,7 +215,7 @@ def snapshot_of(adv: AdvisorRuntime) -> Snapshot:
 
 @pytest.fixture
 def daemon() -> Iterator[Any]:
-    """Serves lagd.http's app for a snapshot function set by the test; yields (set, url)."""
+    """Serves lagd.daemon.http's app for a snapshot function set by the test; yields (set, url)."""
     current: dict[str, Any] = {}
     loop = asyncio.new_event_loop()
     runner = web.AppRunner(make_app(lambda: current["fn"]()), access_log=None)

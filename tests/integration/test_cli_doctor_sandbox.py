@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lagd.cli_doctor import doctor
-from lagd.sandbox import Sandbox
+from lagd.cli.doctor import doctor
+from lagd.sandbox.pair import Sandbox
 
 
 def write_config(tmp_path: Path, sandbox: Sandbox, user: str = "lagd", **sections: dict[str, Any]) -> Path:

@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lagd.cli_status import CRITICAL, OK, WARNING, fetch_daemon, status
+from lagd.cli.status import CRITICAL, OK, WARNING, fetch_daemon, status
 from lagd.heartbeat import create_table_sql, format_ts
-from lagd.sandbox import Sandbox
+from lagd.sandbox.pair import Sandbox
 
 OLD = 1000  # seconds: how old the source's events are made to look
 

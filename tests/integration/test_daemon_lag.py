@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from lagd.heartbeat import HeartbeatWriter
-from lagd.sandbox import Sandbox
+from lagd.sandbox.pair import Sandbox
 from tests.integration.daemon_util import running_daemon
 
 TABLE = "lagd_hb.heartbeat"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.daemon_util import NotifySocket, running_daemon
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from lagd import demo
+from lagd.sandbox import demo
 
 
 def _lagd_processes() -> set[str]:

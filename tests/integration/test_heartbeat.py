@@ -1,4 +1,4 @@
-"""lagd.heartbeat on a live MariaDB source/replica pair (lagd.sandbox).
+"""lagd.heartbeat on a live MariaDB source/replica pair (lagd.sandbox.pair).
 
 The writer runs as root over the source's socket (it writes); everything that
 reads does so as the ``lagd`` user over TCP, as the daemon would.
@@ -27,8 +27,8 @@ from lagd.heartbeat import (
     read_heartbeat,
 )
 from lagd.lag import LagInputs, LagMethod, LagTracker, ReplicaState
-from lagd.replica import fetch_replica_status
-from lagd.sandbox import Sandbox, Server
+from lagd.mysql.replica import fetch_replica_status
+from lagd.sandbox.pair import Sandbox, Server
 
 
 def lagd_conn(server: Server) -> Connection[Any]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.daemon_util import running_daemon
 
 # About 80 MB of rows against a 64 MB pool: the catch-up reads from disk and

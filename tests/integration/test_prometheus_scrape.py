@@ -28,8 +28,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from lagd.sandbox import Sandbox
-from lagd.sandbox_server import LAGD_PASSWORD, LAGD_USER, free_port
+from lagd.sandbox.pair import Sandbox
+from lagd.sandbox.server import LAGD_PASSWORD, LAGD_USER, free_port
 
 T = TypeVar("T")
 PASSWORD_ENV = "LAGD_TEST_SCRAPE_PASSWORD"

@@ -25,7 +25,7 @@ from lagd.relaylog import (
     TransactionEnd,
     TransactionStart,
 )
-from lagd.sandbox import Sandbox
+from lagd.sandbox.pair import Sandbox
 
 
 def sql_position(sb: Sandbox) -> RelayPosition:

@@ -20,7 +20,7 @@ from lagd.relaylog import (
     TransactionStart,
 )
 from lagd.relaylog._pmr import iter_raw_events
-from lagd.sandbox import Sandbox, SandboxConfig
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.test_relaylog_sandbox import read_all, resolver_for, sql_position, wait_received
 
 

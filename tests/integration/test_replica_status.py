@@ -1,4 +1,4 @@
-"""lagd.replica against a live MariaDB source/replica pair (lagd.sandbox)."""
+"""lagd.mysql.replica against a live MariaDB source/replica pair (lagd.sandbox.pair)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pymysql
 import pytest
 from pymysql.connections import Connection
 
-from lagd.replica import (
+from lagd.mysql.replica import (
     IoState,
     NotAReplicaError,
     ReplicaStatus,
@@ -19,7 +19,7 @@ from lagd.replica import (
     fetch_replica_statuses,
     parse_replica_status,
 )
-from lagd.sandbox import Sandbox
+from lagd.sandbox.pair import Sandbox
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 
 from lagd.prefetch.rewrite import Probe, ProbeBatcher
 from lagd.relaylog import LogFiles, RelayLogReader, RowChange, Statement
-from lagd.sandbox import Sandbox
+from lagd.sandbox.pair import Sandbox
 from tests.integration.test_relaylog_sandbox import read_all, resolver_for, sql_position, wait_received
 
 SCHEMA_SQL = [

@@ -17,11 +17,11 @@ import pymysql
 import pytest
 from click.testing import CliRunner
 
-from lagd import sandbox as sandbox_module
-from lagd import sandbox_server
-from lagd.cli import main as lagctl
+from lagd.cli.main import main as lagctl
 from lagd.errors import LagdError
-from lagd.sandbox import Sandbox, SandboxConfig, SandboxError
+from lagd.sandbox import pair as sandbox_module
+from lagd.sandbox import server as sandbox_server
+from lagd.sandbox.pair import Sandbox, SandboxConfig, SandboxError
 
 
 def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> None:
@@ -61,7 +61,7 @@ def relay_log_numbers(sb: Sandbox) -> list[int]:
 
 def lagctl_run(*args: str) -> subprocess.CompletedProcess[str]:
     """lagctl in a child process, so that `up` really exits before `status`."""
-    code = "import sys; from lagd.cli import main; sys.exit(main())"
+    code = "import sys; from lagd.cli.main import main; sys.exit(main())"
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -279,7 +279,7 @@ def test_servers_die_with_their_parent_process(tmp_path: Path) -> None:
         f"""
         import json, sys, time
         from pathlib import Path
-        from lagd.sandbox import Sandbox, SandboxConfig
+        from lagd.sandbox.pair import Sandbox, SandboxConfig
         sb = Sandbox(SandboxConfig(base_dir=Path({str(tmp_path)!r}))).start()
         print(json.dumps([s.pid for s in sb.servers]), flush=True)
         time.sleep(600)

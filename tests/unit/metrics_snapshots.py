@@ -11,6 +11,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from lagd.daemon.state import Health, Snapshot
 from lagd.lag import (
     ApplyRates,
     BacklogReading,
@@ -20,9 +21,8 @@ from lagd.lag import (
     ReplicaState,
 )
 from lagd.lag_rates import LAG_BUCKETS, ClockOffset, HistogramSnapshot, WindowAverage
+from lagd.mysql.replica import IoState, ReplicaStatus
 from lagd.prefetch.engine import PrefetchSnapshot
-from lagd.replica import IoState, ReplicaStatus
-from lagd.state import Health, Snapshot
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 CHANNEL = "east"

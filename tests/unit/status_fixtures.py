@@ -1,6 +1,6 @@
 """The recorded ``/status`` documents in tests/fixtures/status, and how they were made.
 
-Each is a real :class:`lagd.state.Snapshot` built from lagd's own values (a
+Each is a real :class:`lagd.daemon.state.Snapshot` built from lagd's own values (a
 ``LagTracker`` fed a few polls, a ``PrefetchSnapshot``, an advisor dict in the
 shape the daemon serves) and written with ``Snapshot.to_json()``, so the
 files have exactly the daemon's shape. ``test_cli_status.py`` checks that
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from lagd.config import settings_from_dict
+from lagd.daemon.state import Health, Snapshot
 from lagd.heartbeat import HeartbeatRow, format_ts
 from lagd.lag import Backlog, LagInputs, LagReading, LagTracker
+from lagd.mysql.replica import IoState, ReplicaStatus
 from lagd.prefetch.engine import PrefetchSnapshot
-from lagd.replica import IoState, ReplicaStatus
-from lagd.state import Health, Snapshot
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 DIR = Path(__file__).resolve().parents[1] / "fixtures" / "status"

@@ -1,4 +1,4 @@
-"""The advisor runtime fed the way lagd.runtime feeds it: synthetic relay-log
+"""The advisor runtime fed the way lagd.daemon.runtime feeds it: synthetic relay-log
 events into the look-ahead and the Backlog, SQL-thread positions and lag
 readings per poll. ``refresh`` needs a real server: see
 tests/integration/test_advisor_runtime.py."""
@@ -14,13 +14,13 @@ import pytest
 from metrics_snapshots import full_snapshot
 from prometheus_client.parser import text_string_to_metric_families
 
-from lagd import advisor_runtime
 from lagd.advisor import ApplyRateModel, TxKind
-from lagd.advisor_runtime import AdvisorRuntime
+from lagd.advisor import runtime as advisor_runtime
+from lagd.advisor.runtime import AdvisorRuntime
 from lagd.backlog import Backlog
 from lagd.config import AdvisorSettings, settings_from_dict
+from lagd.daemon.metrics import render
 from lagd.lag import BacklogReading, LagInputs, LagReading, LagTracker, ReplicaState
-from lagd.metrics import render
 from lagd.relaylog import (
     Column,
     Event,
@@ -55,7 +55,7 @@ def settings(**over: Any) -> AdvisorSettings:
 
 
 class Replica:
-    """Plays lagd.runtime's part: the tail task feeds the Backlog and the
+    """Plays lagd.daemon.runtime's part: the tail task feeds the Backlog and the
     advisor one batch at a time; a poll moves the SQL thread."""
 
     def __init__(self, adv: AdvisorRuntime) -> None:

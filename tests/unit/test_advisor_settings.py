@@ -14,7 +14,7 @@ import pytest
 from lagd.advisor import settings as rules
 from lagd.advisor.gather import status_deltas
 from lagd.advisor.settings import RULES, Advice, AdvisorError, ServerSettings, Severity, advise
-from lagd.replica import ServerFlavor
+from lagd.mysql.replica import ServerFlavor
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "server_vars"
 MARIA_SRC, MARIA_REP = "mariadb-10.11-source.json", "mariadb-10.11-replica.json"

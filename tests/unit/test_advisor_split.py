@@ -13,8 +13,8 @@ from lagd.advisor.lookahead import TransactionSummary, TxKind
 from lagd.advisor.model import ApplyRateModel
 from lagd.advisor.settings import AdvisorError, ServerSettings
 from lagd.advisor.split import SplitLimits, _round_down, split_advice
+from lagd.mysql.replica import ServerFlavor
 from lagd.relaylog import RelayPosition
-from lagd.replica import ServerFlavor
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "server_vars"
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lagd.cli_doctor import (
+from lagd.cli.doctor import (
     FAIL,
     INFO,
     OK,
@@ -29,7 +29,7 @@ from lagd.cli_doctor import (
     render,
     statement_dml,
 )
-from lagd.replica import ServerFlavor
+from lagd.mysql.replica import ServerFlavor
 
 MARIADB = ServerFlavor.from_version_string("10.11.19-MariaDB-0+deb12u1")
 MARIADB_104 = ServerFlavor.from_version_string("10.4.33-MariaDB")

@@ -23,8 +23,8 @@ from aiohttp import web
 from click.testing import CliRunner
 from status_fixtures import DIR, FIXTURES, as_json
 
-from lagd import cli_status
-from lagd.cli_status import (
+from lagd.cli import status as cli_status
+from lagd.cli.status import (
     CRITICAL,
     OK,
     UNKNOWN,

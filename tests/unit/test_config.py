@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from lagd.cli_config import config
+from lagd.cli.config import config
 from lagd.config import (
     ConfigError,
     CredentialError,

@@ -1,7 +1,7 @@
 """The Grafana dashboard and the alert rules query only metrics lagd exports.
 
 The exported names come from rendering a snapshot with every part present
-(tests/unit/metrics_snapshots.py), so renaming a metric in lagd.metrics
+(tests/unit/metrics_snapshots.py), so renaming a metric in lagd.daemon.metrics
 breaks this test until the dashboard and the rules follow.
 """
 
@@ -18,7 +18,7 @@ from metrics_snapshots import full_snapshot
 from prometheus_client.parser import text_string_to_metric_families
 from promql_names import DASHBOARD, dashboard_queries, metric_names, promtool, read_rules
 
-from lagd.metrics import render
+from lagd.daemon.metrics import render
 
 PROMETHEUS_OWN = {"up"}  # set by Prometheus for every target
 

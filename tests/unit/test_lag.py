@@ -34,7 +34,7 @@ from lagd.lag_rates import (
     WindowAverages,
     catch_up_eta,
 )
-from lagd.replica import IoState, ReplicaStatus
+from lagd.mysql.replica import IoState, ReplicaStatus
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 T0 = 5_000.0

@@ -1,4 +1,4 @@
-"""lagd.metrics: hand-built snapshots in, the text exposition parsed back out."""
+"""lagd.daemon.metrics: hand-built snapshots in, the text exposition parsed back out."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from metrics_snapshots import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
-from lagd import metrics
+from lagd.daemon import metrics
+from lagd.daemon.metrics import PREFETCH_STATES, SnapshotCollector, render
+from lagd.daemon.state import Snapshot
 from lagd.lag import ReplicaState
-from lagd.metrics import PREFETCH_STATES, SnapshotCollector, render
-from lagd.state import Snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 ABSENT = object()

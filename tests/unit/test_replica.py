@@ -1,4 +1,4 @@
-"""lagd.replica against recorded result sets of every server dialect.
+"""lagd.mysql.replica against recorded result sets of every server dialect.
 
 The MariaDB 10.11 files were recorded live; the MySQL and MariaDB 11.x files
 carry the exact column lists of those servers (see the fixtures README).
@@ -17,7 +17,7 @@ import pytest
 from pymysql.cursors import DictCursor
 
 from lagd.errors import LagdError
-from lagd.replica import (
+from lagd.mysql.replica import (
     IoState,
     NotAReplicaError,
     ReplicaStatus,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lagd import sandbox_server
 from lagd.errors import LagdError
-from lagd.sandbox import (
+from lagd.sandbox import server as sandbox_server
+from lagd.sandbox.pair import (
     Sandbox,
     SandboxConfig,
     SandboxError,
@@ -20,7 +20,7 @@ from lagd.sandbox import (
     gtid_pos_reached,
     parse_gtid_pos,
 )
-from lagd.sandbox_server import normalize_option, pid_runs_datadir, render_options
+from lagd.sandbox.server import normalize_option, pid_runs_datadir, render_options
 
 
 def test_parse_gtid_pos() -> None:

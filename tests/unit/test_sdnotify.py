@@ -1,4 +1,4 @@
-"""lagd.sdnotify against a real unix datagram socket, as systemd would listen."""
+"""lagd.daemon.sdnotify against a real unix datagram socket, as systemd would listen."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lagd import sdnotify
+from lagd.daemon import sdnotify
 
 
 @pytest.fixture

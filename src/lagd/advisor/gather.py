@@ -16,7 +16,7 @@ import pymysql
 from pymysql.connections import Connection
 
 from lagd.advisor.settings import AdvisorError, ServerSettings
-from lagd.replica import ServerFlavor, detect_flavor
+from lagd.mysql.replica import ServerFlavor, detect_flavor
 
 _ER_SPECIFIC_ACCESS_DENIED = 1227
 _ER_ACCESS_DENIED = 1045

@@ -22,7 +22,7 @@ from enum import StrEnum
 from typing import Literal
 
 from lagd.errors import LagdError
-from lagd.replica import ServerFlavor
+from lagd.mysql.replica import ServerFlavor
 
 Role = Literal["source", "replica"]
 ROLES: tuple[Role, ...] = ("source", "replica")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lagd.lag_rates import DecayingRate
-from lagd.monitor import ReplicaMonitor, Sample
+from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control
 from lagd.prefetch.pool import Outcome, ProbePool
 from lagd.relaylog import (

@@ -3,56 +3,20 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import asyncmy
 import pymysql
 
 from lagd.errors import LagdError
-from lagd.monitor import ReplicaMonitor
+from lagd.mysql.endpoint import Endpoint
+from lagd.mysql.monitor import ReplicaMonitor
 from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine
 from lagd.prefetch.pool import ProbePool
 from lagd.relaylog import InformationSchemaResolver, LogFiles, RelayLogReader, RelayPosition
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """Where and as whom lagd connects to its replica."""
-
-    host: str = "127.0.0.1"
-    port: int = 3306
-    user: str = "lagd"
-    password: str = ""
-    socket: str = ""
-    connect_timeout: float = 5.0
-
-    def pymysql_kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {"user": self.user, "password": self.password,
-                              "connect_timeout": self.connect_timeout, "autocommit": True}
-        if self.socket:
-            kw["unix_socket"] = self.socket
-        else:
-            kw.update(host=self.host, port=self.port)
-        return kw
-
-    def async_connect(self) -> Callable[[], Awaitable[Any]]:
-        async def connect() -> Any:
-            kw: dict[str, Any] = {"user": self.user, "password": self.password, "autocommit": True,
-                                  "connect_timeout": int(max(1, self.connect_timeout))}
-            if self.socket:
-                kw["unix_socket"] = self.socket
-            else:
-                kw.update(host=self.host, port=self.port)
-            return await asyncmy.connect(**kw)
-        return connect
-
-    def __repr__(self) -> str:  # never show the password
-        where = self.socket or f"{self.host}:{self.port}"
-        return f"Endpoint({self.user}@{where})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from lagd.errors import LagdError
-from lagd.sandbox import Sandbox, SandboxConfig
-from lagd.sandbox_server import free_port
+from lagd.sandbox.pair import Sandbox, SandboxConfig
+from lagd.sandbox.server import free_port
 
 SCHEMA = "demo"
 TABLE_DDL = """CREATE TABLE sbtest1 (id INT NOT NULL, k INT NOT NULL DEFAULT 0,
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
         # The console scripts next to this interpreter; the modules if they are not installed.
         lagd = [str(bindir / "lagd")] if (bindir / "lagd").exists() else [sys.executable, "-m", "lagd.daemon"]
         lagctl = ([str(bindir / "lagctl")] if (bindir / "lagctl").exists()
-                  else [sys.executable, "-m", "lagd.cli"])
+                  else [sys.executable, "-m", "lagd.cli.main"])
         print(f"  starting the daemon: lagd run --config {config}", flush=True)
         daemon = subprocess.Popen([*lagd, "run", "--config", str(config)], env=env,
                                   stderr=open(Path(tmp) / "lagd.log", "wb"))  # noqa: SIM115

@@ -534,11 +534,11 @@ def _jsonable(value: Any) -> Any:
 
 def replica_snapshot(settings: Settings, config_path: Path | None) -> dict[str, Any]:
     """A snapshot made by asking the replica directly, shaped like the daemon's ``/status``."""
+    from lagd.daemon.state import Snapshot  # noqa: PLC0415
     from lagd.heartbeat import read_heartbeat  # noqa: PLC0415 - only the fallback needs these
     from lagd.lag import LagInputs, LagTracker  # noqa: PLC0415
-    from lagd.prefetch.service import Endpoint  # noqa: PLC0415
-    from lagd.replica import detect_flavor, fetch_replica_status  # noqa: PLC0415
-    from lagd.state import Snapshot  # noqa: PLC0415
+    from lagd.mysql.endpoint import Endpoint  # noqa: PLC0415
+    from lagd.mysql.replica import detect_flavor, fetch_replica_status  # noqa: PLC0415
 
     r = settings.replica
     where = r.socket or f"{r.host}:{r.port}"

@@ -28,13 +28,13 @@ from typing import Any
 
 import pymysql
 
-from lagd.sandbox_config import (
+from lagd.sandbox.config import (
     SandboxConfig,
     default_state_file,
     gtid_pos_reached,
     parse_gtid_pos,
 )
-from lagd.sandbox_server import (
+from lagd.sandbox.server import (
     LAGD_PASSWORD,
     LAGD_USER,
     REPL_PASSWORD,
@@ -61,7 +61,7 @@ __all__ = [
     "parse_gtid_pos",
 ]
 
-log = logging.getLogger("lagd.sandbox")
+log = logging.getLogger("lagd.sandbox.pair")
 
 # Exactly what lagd needs; see docs/sandbox.md for how this was established.
 LAGD_GRANTS = "SELECT, SLAVE MONITOR, BINLOG MONITOR"
@@ -148,7 +148,7 @@ class Sandbox:
         if cfg.base_dir is not None:
             cfg.base_dir.mkdir(parents=True, exist_ok=True)
         self.base_dir = Path(tempfile.mkdtemp(prefix="lagd-sandbox-", dir=cfg.base_dir))
-        (self.base_dir / _MARKER).write_text("created by lagd.sandbox; deleted on stop\n")
+        (self.base_dir / _MARKER).write_text("created by lagd.sandbox.pair; deleted on stop\n")
         if not cfg.detached:
             _LIVE.add(self)
         # Anything, even Ctrl-C, between here and a returned sandbox must not

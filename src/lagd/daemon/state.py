@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lagd.lag import LagReading
+from lagd.mysql.replica import ReplicaStatus
 from lagd.prefetch.engine import PrefetchSnapshot
-from lagd.replica import ReplicaStatus
 
 
 @dataclass(frozen=True, slots=True)

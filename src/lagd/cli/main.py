@@ -11,11 +11,11 @@ def main() -> None:
     """lagctl: inspect and operate lagd and its replica."""
 
 
-from lagd.cli_advise import advise  # noqa: E402
-from lagd.cli_config import config  # noqa: E402
-from lagd.cli_doctor import doctor  # noqa: E402
-from lagd.cli_sandbox import sandbox  # noqa: E402
-from lagd.cli_status import status  # noqa: E402
+from lagd.cli.advise import advise  # noqa: E402
+from lagd.cli.config import config  # noqa: E402
+from lagd.cli.doctor import doctor  # noqa: E402
+from lagd.cli.sandbox import sandbox  # noqa: E402
+from lagd.cli.status import status  # noqa: E402
 
 main.add_command(status)
 main.add_command(doctor)

@@ -2,7 +2,7 @@
 implies) and the small pure helpers the sandbox needs: GTID position
 arithmetic and the default state-file location.
 
-Import these from :mod:`lagd.sandbox`, which re-exports them.
+Import these from :mod:`lagd.sandbox.pair`, which re-exports them.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lagd.sandbox_server import DEFAULT_LOG_FILE_SIZE, Role, SandboxError, normalize_option
+from lagd.sandbox.server import DEFAULT_LOG_FILE_SIZE, Role, SandboxError, normalize_option
 
 # Options the sandbox derives itself; overriding them would desynchronise it
 # from the server it started.

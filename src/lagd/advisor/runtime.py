@@ -195,7 +195,7 @@ class _Track:
 
 
 class AdvisorRuntime:
-    """See the module docstring; one per daemon, driven by ``lagd.runtime``."""
+    """See the module docstring; one per daemon, driven by ``lagd.daemon.runtime``."""
 
     def __init__(self, settings: AdvisorSettings) -> None:
         self.settings = settings

@@ -1,9 +1,9 @@
 """One private ``mariadbd`` of the sandbox: finding the binaries, the cached
 template datadir, and the life cycle of a single server process.
 
-Kept apart from :mod:`lagd.sandbox` (which wires servers into a replication
+Kept apart from :mod:`lagd.sandbox.pair` (which wires servers into a replication
 topology) so that each module reads in one sitting; import from
-:mod:`lagd.sandbox`, which re-exports the public names.
+:mod:`lagd.sandbox.pair`, which re-exports the public names.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from pymysql.cursors import DictCursor
 
 from lagd.errors import LagdError
 
-log = logging.getLogger("lagd.sandbox")
+log = logging.getLogger("lagd.sandbox.pair")
 
 Role = Literal["source", "replica"]
 

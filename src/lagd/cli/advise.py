@@ -30,10 +30,10 @@ import pymysql.cursors
 
 from lagd.advisor import AdvisorError, SplitLimits, status_deltas
 from lagd.advisor import advise as run_rules
-from lagd.advisor_runtime import advice_dicts, gather_replica
+from lagd.advisor.runtime import advice_dicts, gather_replica
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, CredentialError, Settings, load_settings
 from lagd.errors import LagdError
-from lagd.replica import fetch_replica_status
+from lagd.mysql.replica import fetch_replica_status
 
 __all__ = ["advise", "fetch_advisor", "replica_advice"]
 

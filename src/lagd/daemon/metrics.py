@@ -39,12 +39,12 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import CollectorRegistry
 
 from lagd.advisor.lookahead import TxKind
+from lagd.daemon.state import Snapshot
 from lagd.lag import LagMethod, LagReading, ReplicaState
-from lagd.state import Snapshot
 
 __all__ = ["CONTENT_TYPE", "PREFETCH_STATES", "PROBE_OUTCOMES", "SnapshotCollector", "render"]
 
-log = logging.getLogger("lagd.metrics")
+log = logging.getLogger("lagd.daemon.metrics")
 
 # What render() produces: the classic text format (prometheus_client's
 # CONTENT_TYPE_LATEST names a newer version in recent releases).

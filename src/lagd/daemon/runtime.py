@@ -24,17 +24,19 @@ from typing import Any
 import pymysql
 
 from lagd import __version__
-from lagd.advisor_runtime import AdvisorRuntime
+from lagd.advisor.runtime import AdvisorRuntime
 from lagd.backlog import Backlog
 from lagd.config import Settings
+from lagd.daemon.state import Health, Snapshot
 from lagd.errors import LagdError
 from lagd.heartbeat import read_heartbeat
 from lagd.lag import Backlog as LagBacklog
 from lagd.lag import LagInputs, LagReading, LagTracker
-from lagd.monitor import ReplicaMonitor, Sample
+from lagd.mysql.endpoint import Endpoint
+from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch.engine import PrefetchEngine, with_limits
 from lagd.prefetch.rewrite import ProbeBatcher
-from lagd.prefetch.service import Endpoint, PrefetchOptions, build_engine, check_readable, relay_log_index
+from lagd.prefetch.service import PrefetchOptions, build_engine, check_readable, relay_log_index
 from lagd.relaylog import (
     LogFiles,
     RelayLogError,
@@ -46,7 +48,6 @@ from lagd.relaylog import (
     TransactionEnd,
     TransactionStart,
 )
-from lagd.state import Health, Snapshot
 
 log = logging.getLogger("lagd")
 

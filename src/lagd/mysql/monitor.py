@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lagd.mysql.replica import ReplicaStatus, ServerFlavor, parse_replica_status
 from lagd.prefetch.pool import backoff_delay
-from lagd.replica import ReplicaStatus, ServerFlavor, parse_replica_status
 
-log = logging.getLogger("lagd.monitor")
+log = logging.getLogger("lagd.mysql.monitor")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from pymysql.cursors import DictCursor
 
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings
 from lagd.errors import LagdError
-from lagd.replica import ReplicaStatus, ServerFlavor
+from lagd.mysql.replica import ReplicaStatus, ServerFlavor
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 PROBLEMS = frozenset({WARN, FAIL})
@@ -446,8 +446,8 @@ def _connect_fix(e: pymysql.err.MySQLError, settings: Settings, config: str) -> 
 
 def run_checks(settings: Settings, config: str) -> list[Finding]:
     """Every check, in order; stops after the connection when there is none."""
-    from lagd.prefetch.service import Endpoint  # noqa: PLC0415
-    from lagd.replica import detect_flavor, fetch_replica_status  # noqa: PLC0415
+    from lagd.mysql.endpoint import Endpoint  # noqa: PLC0415
+    from lagd.mysql.replica import detect_flavor, fetch_replica_status  # noqa: PLC0415
 
     r = settings.replica
     where = r.socket or f"{r.host}:{r.port}"

@@ -15,10 +15,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from lagd.metrics import CONTENT_TYPE, render
-from lagd.state import Snapshot
+from lagd.daemon.metrics import CONTENT_TYPE, render
+from lagd.daemon.state import Snapshot
 
-log = logging.getLogger("lagd.http")
+log = logging.getLogger("lagd.daemon.http")
 
 LIVENESS_SECONDS = 10.0
 

@@ -14,7 +14,7 @@ import click
 import pymysql
 
 from lagd.errors import LagdError
-from lagd.sandbox import Sandbox, SandboxConfig, SandboxError, Server, default_state_file
+from lagd.sandbox.pair import Sandbox, SandboxConfig, SandboxError, Server, default_state_file
 
 
 @contextmanager

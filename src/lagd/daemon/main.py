@@ -20,12 +20,12 @@ from typing import Any
 
 import click
 
-from lagd import sdnotify
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, changed_keys, load_settings
+from lagd.daemon import sdnotify
+from lagd.daemon.http import HttpServer
+from lagd.daemon.runtime import Runtime
 from lagd.errors import LagdError
 from lagd.heartbeat import heartbeat_command
-from lagd.http import HttpServer
-from lagd.runtime import Runtime
 
 log = logging.getLogger("lagd")
 

@@ -1,0 +1,1 @@
+"""lagctl: the on-call command line (one module per command)."""

@@ -1,0 +1,3 @@
+from lagd.daemon.main import main
+
+main()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lagd.prefetch import control
-from lagd.prefetch.pool import backoff_delay, refuse_reason, session_setup
+from lagd.prefetch.pool import refuse_reason, session_setup
 
 LIMITS = control.Limits(min_transactions=20, max_transactions=400, max_bytes=1 << 20,
                         max_seconds=30.0, max_pages=1000)
@@ -119,16 +119,11 @@ def test_refuse_reason(sql, reason):
 )
 def test_session_setup_is_read_only_with_a_timeout(mariadb, timeout_stmt):
     stmts = session_setup(mariadb, 500)
-    assert "READ ONLY" in stmts[0] and "READ UNCOMMITTED" in stmts[0]
+    assert "SET SESSION TRANSACTION READ ONLY" in stmts
+    assert "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED" in stmts
+    assert "SET SESSION time_zone = '+00:00'" in stmts
     assert "SET SESSION lock_wait_timeout = 1" in stmts
     assert timeout_stmt in stmts
-
-
-@pytest.mark.parametrize("attempt", [0, 1, 5, 50])
-def test_backoff_is_capped_and_jittered(attempt):
-    expected = min(10.0, 0.2 * 2 ** min(attempt, 16))
-    assert backoff_delay(attempt, base=0.2, cap=10.0, rng=lambda: 1.0) == expected
-    assert backoff_delay(attempt, rng=lambda: 0.0) == 0.0
 
 
 @pytest.mark.parametrize(("probed", "reads", "worth"), [

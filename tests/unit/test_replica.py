@@ -17,6 +17,7 @@ import pytest
 from pymysql.cursors import DictCursor
 
 from lagd.errors import LagdError
+from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.replica import (
     IoState,
     NotAReplicaError,
@@ -723,9 +724,10 @@ def test_missing_privilege_says_what_to_grant(version: str, grant: str) -> None:
     assert info.value.__cause__ is denied
 
 
-def test_other_server_errors_propagate() -> None:
+def test_other_server_errors_propagate_as_database_errors() -> None:
     lost = pymysql.err.OperationalError(2013, "Lost connection to server during query")
     conn = FakeConn("8.0.36", {"SHOW REPLICA STATUS": lost})
-    with pytest.raises(pymysql.err.OperationalError) as info:
+    with pytest.raises(DatabaseError) as info:
         fetch_replica_statuses(conn)  # type: ignore[arg-type]
-    assert info.value is lost
+    assert info.value.kind is Kind.LOST and info.value.code == 2013
+    assert info.value.__cause__ is lost

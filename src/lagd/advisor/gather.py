@@ -9,50 +9,42 @@ gatherings some time apart: :func:`status_deltas`.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from typing import Any
 
-import pymysql
-from pymysql.connections import Connection
-
 from lagd.advisor.settings import AdvisorError, ServerSettings
+from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.replica import ServerFlavor, detect_flavor
-
-_ER_SPECIFIC_ACCESS_DENIED = 1227
-_ER_ACCESS_DENIED = 1045
+from lagd.mysql.session import query
 
 
-def _name_value(conn: Connection[Any], sql: str) -> dict[str, str]:
+def _name_value(conn: Any, sql: str) -> dict[str, str]:
     try:
-        with conn.cursor() as cur:
-            cur.execute(sql)
-            rows = cur.fetchall()
-    except (pymysql.err.OperationalError, pymysql.err.ProgrammingError) as e:
-        code = e.args[0] if e.args else None
-        if code in (_ER_SPECIFIC_ACCESS_DENIED, _ER_ACCESS_DENIED):
-            raise AdvisorError(f"{sql} was refused: {e.args[1] if len(e.args) > 1 else e}",
+        rows = query(conn, sql)
+    except DatabaseError as e:
+        if e.kind in (Kind.DENIED, Kind.AUTH):
+            raise AdvisorError(f"{sql} was refused: {e.message}",
                                fix="connect as an account that may run it (lagd's own account can)") from e
         raise
-    # Tuple or dict cursors: the first two columns are name and value either way.
+    # The first two columns are name and value, whatever the server calls them.
     out: dict[str, str] = {}
     for row in rows:
-        name, value = (tuple(row.values()) if isinstance(row, Mapping) else tuple(row))[:2]
+        name, value = tuple(row.values())[:2]
         out[str(name).lower()] = "" if value is None else str(value)
     return out
 
 
-def read_variables(conn: Connection[Any]) -> dict[str, str]:
+def read_variables(conn: Any) -> dict[str, str]:
     """``SHOW GLOBAL VARIABLES``, names lower-cased."""
     return _name_value(conn, "SHOW GLOBAL VARIABLES")
 
 
-def read_status(conn: Connection[Any]) -> dict[str, str]:
+def read_status(conn: Any) -> dict[str, str]:
     """``SHOW GLOBAL STATUS``, names lower-cased."""
     return _name_value(conn, "SHOW GLOBAL STATUS")
 
 
 def gather_settings(
-    conn: Connection[Any], role: str, *, flavor: ServerFlavor | None = None,
+    conn: Any, role: str, *, flavor: ServerFlavor | None = None,
 ) -> ServerSettings:
     """The variables, status and flavor of the server behind ``conn``.
 

@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pymysql
-import pymysql.cursors
 
 from lagd.advisor import AdvisorError, SplitLimits, status_deltas
 from lagd.advisor import advise as run_rules
 from lagd.advisor.runtime import advice_dicts, gather_replica
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, CredentialError, Settings, load_settings
 from lagd.errors import LagdError
+from lagd.mysql.endpoint import Endpoint
+from lagd.mysql.errors import DatabaseError
 from lagd.mysql.replica import fetch_replica_status
 
 __all__ = ["advise", "fetch_advisor", "replica_advice"]
@@ -88,15 +88,10 @@ def _endpoint(s: Settings) -> str:
 
 
 def _connect(s: Settings) -> Any:
-    """lagd's own account on the replica (CredentialError when the password cannot be read)."""
-    r = s.replica
-    kw: dict[str, Any] = {"user": r.user, "password": r.password(), "connect_timeout": r.connect_timeout,
-                          "autocommit": True, "cursorclass": pymysql.cursors.DictCursor}
-    if r.socket:
-        kw["unix_socket"] = r.socket
-    else:
-        kw.update(host=r.host, port=r.port)
-    return pymysql.connect(**kw)
+    """lagd's own account on the replica, hardened like every lagd session
+    (CredentialError when the password cannot be read, DatabaseError when the
+    server cannot be reached)."""
+    return Endpoint.of_replica(s.replica).connect_blocking(statement_timeout=10.0, read_timeout=15.0)
 
 
 def replica_advice(conn: Any, s: Settings, window: float = 0.0) -> dict[str, Any]:
@@ -121,7 +116,7 @@ def replica_advice(conn: Any, s: Settings, window: float = 0.0) -> dict[str, Any
         notes.append("the replica is not on this host: free space in its load tmpdir is not read here")
     try:
         sbm = fetch_replica_status(conn, r.channel, server.flavor).seconds_behind
-    except (LagdError, pymysql.err.MySQLError) as e:
+    except LagdError as e:
         notes.append(f"lag unknown: {e}")
         sbm = None
     if sbm is not None:
@@ -355,17 +350,17 @@ def _from_replica(settings: Settings, url: str, daemon_error: str, window: float
         conn = _connect(settings)
     except CredentialError as e:
         raise _fail(f"{prefix} the replica password cannot be read: {e}", 2) from None
-    except pymysql.err.MySQLError as e:
+    except DatabaseError as e:
         raise _fail(f"{prefix} the replica {where} cannot be reached: {_mysql_error(e)}", 1) from None
     try:
         return replica_advice(conn, settings, window)
-    except (AdvisorError, LagdError, pymysql.err.MySQLError) as e:
+    except (AdvisorError, LagdError) as e:
         raise _fail(f"{prefix} reading the replica {where}'s settings failed: {_mysql_error(e)}", 1) from None
     finally:
         conn.close()
 
 
 def _mysql_error(e: BaseException) -> str:
-    if isinstance(e, pymysql.err.MySQLError) and len(e.args) >= 2:
-        return f"{e.args[1]} ({e.args[0]})"
+    if isinstance(e, DatabaseError):
+        return f"{e.detail} ({e.code})" if e.code else e.detail
     return str(e)

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pymysql
-from pymysql.cursors import DictCursor
 
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings
 from lagd.errors import LagdError
-from lagd.mysql.replica import ReplicaStatus, ServerFlavor
+from lagd.mysql.endpoint import Endpoint
+from lagd.mysql.errors import ER_SPECIFIC_ACCESS_DENIED, DatabaseError, Kind
+from lagd.mysql.replica import ReplicaStatus, ServerFlavor, relay_log_index
+from lagd.mysql.session import query
 
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 PROBLEMS = frozenset({WARN, FAIL})
@@ -309,15 +310,15 @@ def performance_schema_finding(value: str | None) -> Finding:
 
 
 def _rows(conn: Any, sql: str) -> list[dict[str, Any]]:
-    with conn.cursor(DictCursor) as cur:
-        cur.execute(sql)
-        return list(cur.fetchall())
+    return query(conn, sql)
 
 
 def _variable(conn: Any, name: str) -> str | None:
     try:
         rows = _rows(conn, f"SELECT @@GLOBAL.{name} AS v")
-    except pymysql.err.MySQLError:
+    except DatabaseError as e:
+        if e.broken:
+            raise
         return None  # unknown on this server version
     value = rows[0]["v"] if rows else None
     if isinstance(value, bytes):
@@ -341,7 +342,9 @@ def _grant_lines(conn: Any) -> list[str]:
         # A role's privileges count too; SHOW GRANTS FOR works for roles the user holds.
         try:
             lines += [str(next(iter(r.values()))) for r in _rows(conn, f"SHOW GRANTS FOR {role}")]
-        except pymysql.err.MySQLError:
+        except DatabaseError as e:
+            if e.broken:
+                raise
             continue
     return lines
 
@@ -359,12 +362,14 @@ def _relaylog_events(conn: Any, flavor: ServerFlavor, status: ReplicaStatus,
         sql = f"SHOW RELAYLOG EVENTS IN '{file}' LIMIT {limit}{for_channel}"
     try:
         return _rows(conn, sql), ""
-    except pymysql.err.MySQLError as e:
-        if e.args and e.args[0] == 1227:
+    except DatabaseError as e:
+        if e.broken:
+            raise
+        if e.code == ER_SPECIFIC_ACCESS_DENIED:
             need = ("SLAVE MONITOR" if flavor.is_mariadb
                     else "REPLICATION SLAVE, which lagd does not need otherwise")
             return [], f"SHOW RELAYLOG EVENTS needs {need}"
-        return [], f"SHOW RELAYLOG EVENTS failed: {e.args[1] if len(e.args) > 1 else e}"
+        return [], f"SHOW RELAYLOG EVENTS failed: {e.detail}"
 
 
 def _is_local(settings: Settings) -> bool:
@@ -373,12 +378,12 @@ def _is_local(settings: Settings) -> bool:
 
 
 def relay_access_findings(conn: Any, settings: Settings, status: ReplicaStatus | None) -> list[Finding]:
-    from lagd.prefetch.service import check_readable, relay_log_index  # noqa: PLC0415 - pulls in asyncmy
+    from lagd.prefetch.service import check_readable  # noqa: PLC0415 - pulls in the prefetch engine
 
     who = f"user {getpass.getuser()} (uid {os.geteuid()})"
     try:
         index = relay_log_index(conn, settings.replica.relay_log_index)
-    except (LagdError, pymysql.err.MySQLError) as e:
+    except LagdError as e:
         return [Finding("relay_log_access", FAIL, f"cannot find the relay-log index: {e}",
                         "set replica.relay_log_index in the config")]
     remote = ""
@@ -397,7 +402,10 @@ def relay_access_findings(conn: Any, settings: Settings, status: ReplicaStatus |
     if why is not None:
         fix = ("run lagd (and this check) as a user in the mysql group: sudo -u lagd -g mysql lagctl doctor; "
                "with relay_log outside the datadir, add ReadOnlyPaths= for it in the unit's drop-in")
-        if "does not exist" in why:
+        if "no relay log (RESET SLAVE?)" in why:
+            fix = ("if replication was reset, START SLAVE creates a new relay log; otherwise set "
+                   "replica.relay_log_index to the replica's @@relay_log_index (an absolute path)")
+        elif "does not exist" in why:
             fix = "set replica.relay_log_index to the replica's @@relay_log_index (an absolute path)"
         return [Finding("relay_log_access", FAIL, f"as {who}: {why}{remote}", fix)]
     return [Finding("relay_log_access", OK,
@@ -418,10 +426,13 @@ def heartbeat_finding(conn: Any, settings: Settings, status: ReplicaStatus | Non
     server_id = settings.lag.heartbeat_server_id or (status.source_server_id if status else 0) or None
     try:
         row = read_heartbeat(conn, table, server_id)
+    except DatabaseError as e:
+        if e.broken:
+            raise
+        return Finding("heartbeat", FAIL, f"reading {table} failed: {e.message}",
+                       f"GRANT SELECT ON {table} TO lagd")
     except LagdError as e:
         return Finding("heartbeat", FAIL, e.message, e.fix or "")
-    except pymysql.err.MySQLError as e:
-        return Finding("heartbeat", FAIL, f"reading {table} failed: {e}", f"GRANT SELECT ON {table} TO lagd")
     if row is None:
         return Finding("heartbeat", WARN, f"{table} has no row for server_id {server_id}",
                        "run the writer on the source: lagd heartbeat --source DSN --table "
@@ -431,13 +442,12 @@ def heartbeat_finding(conn: Any, settings: Settings, status: ReplicaStatus | Non
                                     "(by the source's clock)")
 
 
-def _connect_fix(e: pymysql.err.MySQLError, settings: Settings, config: str) -> str:
+def _connect_fix(e: DatabaseError, settings: Settings, config: str) -> str:
     r = settings.replica
-    code = e.args[0] if e.args else None
-    if code == 1045:
+    if e.kind is Kind.AUTH:
         return (f"check replica.user ({r.user}) and the password (from {r.password_source()}) in {config}; "
                 "the account needs a host part matching this client")
-    if code in (2002, 2003, 2005, 2013):
+    if e.kind in (Kind.UNREACHABLE, Kind.LOST):
         where = (f"replica.socket ({r.socket})" if r.socket
                  else f"replica.host ({r.host}) and replica.port ({r.port})")
         return f"check {where} in {config}: is the server running and listening there?"
@@ -446,22 +456,23 @@ def _connect_fix(e: pymysql.err.MySQLError, settings: Settings, config: str) -> 
 
 def run_checks(settings: Settings, config: str) -> list[Finding]:
     """Every check, in order; stops after the connection when there is none."""
-    from lagd.mysql.endpoint import Endpoint  # noqa: PLC0415
     from lagd.mysql.replica import detect_flavor, fetch_replica_status  # noqa: PLC0415
 
     r = settings.replica
     where = r.socket or f"{r.host}:{r.port}"
     try:
-        endpoint = Endpoint(r.host, r.port, r.user, r.password(), r.socket, r.connect_timeout)
-        conn = pymysql.connect(**endpoint.pymysql_kwargs())
+        # Hardened like lagd's own sessions: doctor reads, never waits on a lock, never hangs.
+        conn = Endpoint.of_replica(r).connect_blocking(statement_timeout=10.0, read_timeout=15.0)
+    except DatabaseError as e:
+        return [Finding("connect", FAIL, f"cannot connect to {where} as {r.user}: {e.detail}",
+                        _connect_fix(e, settings, config))]
     except LagdError as e:
         return [Finding("connect", FAIL, e.message, e.fix or "")]
-    except pymysql.err.MySQLError as e:
-        text = e.args[1] if len(e.args) > 1 else str(e)
-        return [Finding("connect", FAIL, f"cannot connect to {where} as {r.user}: {text}",
-                        _connect_fix(e, settings, config))]
     try:
         return _checks_on(conn, settings, where, detect_flavor, fetch_replica_status)
+    except DatabaseError as e:
+        return [Finding("connect", FAIL, f"lost the connection to {where} during the checks: {e.detail}",
+                        _connect_fix(e, settings, config))]
     finally:
         conn.close()
 
@@ -492,7 +503,9 @@ def _checks_on(conn: Any, settings: Settings, where: str, detect_flavor: Any, fe
     try:
         grants = parse_grants(_grant_lines(conn))
         out += grant_findings(grants, flavor, account, status_readable)
-    except pymysql.err.MySQLError as e:
+    except DatabaseError as e:
+        if e.broken:
+            raise
         out.append(Finding("grants", WARN, f"SHOW GRANTS failed: {e}", "run doctor as the account lagd uses"))
     out.append(replica_finding)
 

@@ -11,9 +11,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import click
-import pymysql
 
 from lagd.errors import LagdError
+from lagd.mysql.errors import DRIVER_ERRORS
 from lagd.sandbox.pair import Sandbox, SandboxConfig, SandboxError, Server, default_state_file
 
 
@@ -136,7 +136,7 @@ def status(state_file: Path | None) -> None:
 def _replica_line(replica: Server) -> str:
     try:
         rows = replica.query("SHOW SLAVE STATUS")
-    except pymysql.err.MySQLError as e:
+    except DRIVER_ERRORS as e:
         return f"unreachable: {e}"
     if not rows:
         return "not replicating"

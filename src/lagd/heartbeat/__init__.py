@@ -22,7 +22,7 @@ from lagd.heartbeat.table import (
     quote_table,
     split_table,
 )
-from lagd.heartbeat.writer import HeartbeatWriter, backoff_delay
+from lagd.heartbeat.writer import HeartbeatWriter
 
 __all__ = [
     "DEFAULT_TABLE",
@@ -32,7 +32,6 @@ __all__ = [
     "HeartbeatTableMissingError",
     "HeartbeatWriter",
     "SourceDsn",
-    "backoff_delay",
     "create_table_sql",
     "format_ts",
     "heartbeat_command",

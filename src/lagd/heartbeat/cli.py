@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import logging
 import os
 import signal
@@ -15,13 +16,11 @@ from typing import Any, Final
 from urllib.parse import unquote, urlsplit
 
 import click
-import pymysql
-import pymysql.err
-from pymysql.connections import Connection
 
 from lagd.errors import LagdError
 from lagd.heartbeat.table import DEFAULT_TABLE, DsnError, quote_table
 from lagd.heartbeat.writer import HeartbeatWriter
+from lagd.mysql.endpoint import Endpoint
 
 log = logging.getLogger("lagd.heartbeat")
 
@@ -136,17 +135,15 @@ def heartbeat_command(
             password = os.environ.get("LAGD_HEARTBEAT_PASSWORD")
         quote_table(table)
 
-        def connect() -> Connection[Any]:
-            return pymysql.connect(
-                host=dsn.host,
-                port=dsn.port,
-                user=dsn.user,
-                password=password or "",
-                autocommit=True,
-                connect_timeout=5,
-                read_timeout=30,
-                write_timeout=30,
-            )
+        # No user in the DSN: the login name, as the mysql client does.
+        user = dsn.user or getpass.getuser()
+        endpoint = Endpoint(dsn.host, dsn.port, user, password or "", connect_timeout=5.0, role="source")
+
+        def connect() -> Any:
+            # Writes, so not READ ONLY; but bounded like every session, so a
+            # hung source costs a beat, not the writer.
+            return endpoint.connect_blocking(read_only=False, statement_timeout=5.0, read_timeout=5.0,
+                                           lock_wait_timeout=2)
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         writer = HeartbeatWriter(connect, table, interval, server_id, create_table=create_table)

@@ -5,24 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-import pymysql
-import pymysql.err
-from pymysql.connections import Connection
-from pymysql.cursors import DictCursor
-
-from lagd.heartbeat.table import (
-    _ER_BAD_DB,
-    _ER_BAD_FIELD,
-    _ER_NO_SUCH_TABLE,
-    _ER_TABLEACCESS_DENIED,
-    HeartbeatError,
-    HeartbeatRow,
-    _code,
-    _denied,
-    _missing,
-    parse_ts,
-    quote_table,
-)
+from lagd.heartbeat.table import HeartbeatError, HeartbeatRow, _denied, _missing, parse_ts, quote_table
+from lagd.mysql.errors import ER_BAD_DB, ER_BAD_FIELD, ER_NO_SUCH_TABLE, ER_TABLEACCESS_DENIED, DatabaseError
+from lagd.mysql.session import query
 
 
 def _text(value: object) -> str | None:
@@ -60,10 +45,12 @@ def _row(table: str, row: dict[str, Any]) -> HeartbeatRow:
     )
 
 
-def read_heartbeat(conn: Connection[Any], table: str, server_id: int | None) -> HeartbeatRow | None:
+def read_heartbeat(conn: Any, table: str, server_id: int | None) -> HeartbeatRow | None:
     """The row of ``server_id`` (the source's server id), or the newest row when None.
 
-    None when there is no such row.  ``SELECT *`` so that tables made by any
+    ``conn`` is a blocking connection (``BlockingSession.run`` gives one).
+    None when there is no such row; connection failures are
+    :class:`~lagd.mysql.errors.DatabaseError`.  ``SELECT *`` so that tables made by any
     pt-heartbeat version (``relay_source_log_file``/``exec_source_log_pos``
     since 3.6) read alike.
     """
@@ -74,16 +61,13 @@ def read_heartbeat(conn: Connection[Any], table: str, server_id: int | None) -> 
         sql += " WHERE server_id = %s"
         args = (server_id,)
     try:
-        with conn.cursor(DictCursor) as cur:
-            cur.execute(sql, args)
-            rows = list(cur.fetchall())
-    except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as e:
-        code = _code(e)
-        if code in (_ER_NO_SUCH_TABLE, _ER_BAD_DB):
-            raise _missing(table, conn, e) from e
-        if code == _ER_TABLEACCESS_DENIED:
-            raise _denied(table, conn, e, "SELECT") from e
-        if code == _ER_BAD_FIELD:
+        rows = query(conn, sql, args)
+    except DatabaseError as e:
+        if e.code in (ER_NO_SUCH_TABLE, ER_BAD_DB):
+            raise _missing(table, e) from e
+        if e.code == ER_TABLEACCESS_DENIED:
+            raise _denied(table, e, "SELECT") from e
+        if e.code == ER_BAD_FIELD:
             raise HeartbeatError(
                 f"heartbeat table {table} has no server_id column (a legacy pt-heartbeat table?)",
                 fix="recreate it with pt-heartbeat --create-table or lagd heartbeat --create-table",

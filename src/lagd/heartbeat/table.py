@@ -6,13 +6,10 @@ import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
-
-import pymysql
-import pymysql.err
-from pymysql.connections import Connection
+from typing import Final
 
 from lagd.errors import LagdError
+from lagd.mysql.errors import DatabaseError
 
 log = logging.getLogger("lagd.heartbeat")
 
@@ -24,18 +21,6 @@ _TABLE_BODY: Final = (
     "file varchar(255) DEFAULT NULL, position bigint unsigned DEFAULT NULL, "
     "relay_master_log_file varchar(255) DEFAULT NULL, exec_master_log_pos bigint unsigned DEFAULT NULL)"
 )
-
-_ER_DBACCESS_DENIED: Final = 1044
-_ER_ACCESS_DENIED: Final = 1045
-_ER_BAD_DB: Final = 1049
-_ER_BAD_FIELD: Final = 1054
-_ER_DUP_ENTRY: Final = 1062
-_ER_TABLEACCESS_DENIED: Final = 1142
-_ER_NO_SUCH_TABLE: Final = 1146
-_ER_SPECIFIC_ACCESS_DENIED: Final = 1227
-_ER_OPTION_PREVENTS_STATEMENT: Final = 1290  # --read-only / --super-read-only
-_ER_PARSE_ERROR: Final = 1064
-
 
 class HeartbeatError(LagdError):
     """The heartbeat table cannot be read or written as configured."""
@@ -122,25 +107,16 @@ def create_table_sql(table: str) -> str:
     return f"CREATE TABLE IF NOT EXISTS {quote_table(table)} {_TABLE_BODY}"
 
 
-def _where(conn: Connection[Any]) -> str:
-    sock = getattr(conn, "unix_socket", None)
-    return str(sock) if sock else f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
-
-
-def _code(e: pymysql.err.MySQLError) -> int | None:
-    return e.args[0] if e.args and isinstance(e.args[0], int) else None
-
-
-def _missing(table: str, conn: Connection[Any], e: Exception) -> HeartbeatTableMissingError:
+def _missing(table: str, e: DatabaseError) -> HeartbeatTableMissingError:
     return HeartbeatTableMissingError(
-        f"heartbeat table {table} does not exist on {_where(conn)} ({e.args[-1] if e.args else e})",
+        f"heartbeat table {table} does not exist on {e.where or 'the server'} ({e.detail})",
         fix="create it on the source (lagd heartbeat --source DSN --create-table, or pt-heartbeat "
         '--create-table), or set lag.heartbeat_table = "" to measure lag without heartbeats',
     )
 
 
-def _denied(table: str, conn: Connection[Any], e: Exception, grant: str) -> HeartbeatError:
+def _denied(table: str, e: DatabaseError, grant: str) -> HeartbeatError:
     return HeartbeatError(
-        f"{_where(conn)} refused access to heartbeat table {table} ({e.args[-1] if e.args else e})",
+        f"{e.where or 'the server'} refused access to heartbeat table {table} ({e.detail})",
         fix=f"GRANT {grant} ON {table} TO the account lagd connects as",
     )

@@ -11,45 +11,37 @@ from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
-import pymysql
-import pymysql.err
-from pymysql.connections import Connection
-from pymysql.cursors import DictCursor
-
 from lagd.heartbeat.table import (
-    _ER_ACCESS_DENIED,
-    _ER_BAD_DB,
-    _ER_DBACCESS_DENIED,
-    _ER_DUP_ENTRY,
-    _ER_NO_SUCH_TABLE,
-    _ER_OPTION_PREVENTS_STATEMENT,
-    _ER_PARSE_ERROR,
-    _ER_SPECIFIC_ACCESS_DENIED,
-    _ER_TABLEACCESS_DENIED,
     HeartbeatError,
-    _code,
     _denied,
     _ident,
     _missing,
-    _where,
     create_table_sql,
     format_ts,
     quote_table,
     split_table,
 )
+from lagd.mysql.backoff import backoff_delay
+from lagd.mysql.endpoint import where_of
+from lagd.mysql.errors import (
+    DRIVER_ERRORS,
+    ER_BAD_DB,
+    ER_DBACCESS_DENIED,
+    ER_DUP_ENTRY,
+    ER_NO_SUCH_TABLE,
+    ER_PARSE_ERROR,
+    ER_SPECIFIC_ACCESS_DENIED,
+    ER_TABLEACCESS_DENIED,
+    DatabaseError,
+    Kind,
+    is_database_error,
+    translate,
+)
+from lagd.mysql.faultlog import FailureLog
 from lagd.mysql.replica import ReplicaStatusError, ServerFlavor, detect_flavor, fetch_replica_statuses
+from lagd.mysql.session import execute, query
 
 log = logging.getLogger("lagd.heartbeat")
-
-
-def backoff_delay(attempt: int, *, base: float, cap: float, rand: float) -> float:
-    """Seconds before reconnect ``attempt`` (0-based): capped doubling, "equal jitter".
-
-    Half the delay is fixed and half random (``rand`` in [0, 1)), so many
-    writers restarted together spread out but none retries at once.
-    """
-    delay = min(cap, base * 2.0 ** min(attempt, 60))
-    return delay / 2 + delay / 2 * rand
 
 
 def _writable(row: dict[str, Any]) -> bool:
@@ -74,12 +66,16 @@ class HeartbeatWriter:
     0``, checked before every beat: on a read-only server (a replica, or a
     demoted source) it pauses and logs once, and resumes by itself after a
     failover.  ``create_table`` creates the schema and table when missing.
+    ``connect`` returns a blocking connection (``Endpoint.connect_blocking(
+    read_only=False)`` on the source). A lost source is retried on a short
+    backoff (capped at ``backoff_cap``, 1.5 s): every second without a beat
+    reads as a second of lag on every replica.
     ``sleep``/``random``/``clock``/``monotonic`` are injectable for tests.
     """
 
     def __init__(
         self,
-        connect: Callable[[], Connection[Any]],
+        connect: Callable[[], Any],
         table: str,
         interval: float = 1.0,
         server_id: int | None = None,
@@ -89,8 +85,8 @@ class HeartbeatWriter:
         monotonic: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], object] | None = None,
         random: Callable[[], float] = _random.random,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 30.0,
+        backoff_base: float = 0.25,
+        backoff_cap: float = 1.5,
     ) -> None:
         if interval <= 0:
             raise ValueError(f"interval must be positive, not {interval!r}")
@@ -102,7 +98,7 @@ class HeartbeatWriter:
         self.create_table = create_table
         self._clock, self._monotonic, self._sleep, self._random = clock, monotonic, sleep, random
         self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
-        self._conn: Connection[Any] | None = None
+        self._conn: Any = None
         self._session: _Session | None = None
         self._paused: bool | None = None
         self.written = 0  # rows written since start
@@ -118,47 +114,49 @@ class HeartbeatWriter:
             with suppress(Exception):
                 conn.close()
 
-    def _query(self, conn: Connection[Any], sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        with conn.cursor(DictCursor) as cur:
-            cur.execute(sql, args)
-            return list(cur.fetchall())
+    def _query(self, conn: Any, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+        return query(conn, sql, args)
 
-    def _open(self) -> tuple[Connection[Any], _Session]:
+    def _open(self) -> tuple[Any, _Session]:
         if self._conn is not None and self._session is not None:
             return self._conn, self._session
         try:
             conn = self._connect()
-        except pymysql.err.OperationalError as e:
-            if _code(e) in (_ER_ACCESS_DENIED, _ER_DBACCESS_DENIED):
+        except Exception as e:
+            if not is_database_error(e):
+                raise
+            fault = translate(e, "source")
+            if fault.kind is Kind.AUTH or fault.code == ER_DBACCESS_DENIED:
                 raise HeartbeatError(
-                    f"the server refused the heartbeat writer's login: {e.args[-1]}",
+                    f"the server refused the heartbeat writer's login: {fault.message}",
                     fix="check the user and password given with --source, --password-file "
                     "or LAGD_HEARTBEAT_PASSWORD",
                 ) from e
-            raise
+            raise fault from e
         try:
             flavor = detect_flavor(conn)
             server_id = self.server_id
             if server_id is None:
                 server_id = int(self._query(conn, "SELECT @@server_id AS id")[0]["id"])
         except BaseException:
-            conn.close()
+            with suppress(Exception):
+                conn.close()
             raise
         self._conn, self._session = conn, _Session(flavor, server_id)
         return conn, self._session
 
-    def _set_paused(self, paused: bool, conn: Connection[Any], why: str = "") -> None:
+    def _set_paused(self, paused: bool, conn: Any, why: str = "") -> None:
         if paused == self._paused:
             return
         if paused:
             log.warning(
-                "heartbeat paused: %s is read-only (%s); resumes when it is writable", _where(conn), why
+                "heartbeat paused: %s is read-only (%s); resumes when it is writable", where_of(conn), why
             )
         elif self._paused is not None:
-            log.warning("heartbeat resumed: %s is writable again", _where(conn))
+            log.warning("heartbeat resumed: %s is writable again", where_of(conn))
         self._paused = paused
 
-    def _read_only(self, conn: Connection[Any], s: _Session) -> str | None:
+    def _read_only(self, conn: Any, s: _Session) -> str | None:
         if s.flavor.is_mysql and s.flavor.version >= (5, 7, 8):
             sql = "SELECT @@global.read_only AS read_only, @@global.super_read_only AS super_read_only"
         else:
@@ -168,7 +166,7 @@ class HeartbeatWriter:
             return None
         return ", ".join(f"{k}={v}" for k, v in row.items())
 
-    def _columns(self, conn: Connection[Any], s: _Session) -> dict[str, str]:
+    def _columns(self, conn: Any, s: _Session) -> dict[str, str]:
         if s.columns is not None:
             return s.columns
         if self.create_table:
@@ -177,9 +175,9 @@ class HeartbeatWriter:
             self._query(conn, create_table_sql(self.table))
         try:
             names = {str(r["Field"]).lower() for r in self._query(conn, f"SHOW COLUMNS FROM {self._quoted}")}
-        except (pymysql.err.ProgrammingError, pymysql.err.OperationalError) as e:
-            if _code(e) in (_ER_NO_SUCH_TABLE, _ER_BAD_DB):
-                err = _missing(self.table, conn, e)
+        except DatabaseError as e:
+            if e.code in (ER_NO_SUCH_TABLE, ER_BAD_DB):
+                err = _missing(self.table, e)
                 err.fix = "run the writer with --create-table (create_table=True), or " + (err.fix or "")
                 raise err from e
             raise
@@ -201,7 +199,7 @@ class HeartbeatWriter:
         }
         return s.columns
 
-    def _coordinates(self, conn: Connection[Any], s: _Session) -> dict[str, object]:
+    def _coordinates(self, conn: Any, s: _Session) -> dict[str, object]:
         # Informational columns, as pt-heartbeat fills them; without the
         # privilege to read them the beat goes on with NULLs.
         out: dict[str, object] = {"file": None, "position": None, "relay_file": None, "exec_pos": None}
@@ -213,8 +211,8 @@ class HeartbeatWriter:
             statuses = fetch_replica_statuses(conn, s.flavor)
         except ReplicaStatusError as e:
             return self._no_coordinates(s, e, out)
-        except (pymysql.err.OperationalError, pymysql.err.ProgrammingError) as e:
-            if _code(e) not in (_ER_SPECIFIC_ACCESS_DENIED, _ER_PARSE_ERROR):
+        except DatabaseError as e:
+            if e.code not in (ER_SPECIFIC_ACCESS_DENIED, ER_PARSE_ERROR):
                 raise
             return self._no_coordinates(s, e, out)
         if rows:
@@ -229,29 +227,33 @@ class HeartbeatWriter:
         s.can_read_coordinates = False
         return out
 
-    def _write(self, conn: Connection[Any], s: _Session, columns: dict[str, str]) -> None:
+    def _write(self, conn: Any, s: _Session, columns: dict[str, str]) -> None:
         values = self._coordinates(conn, s)
         names = ["ts", *columns.values()]
         args: list[object] = [format_ts(self._clock()), *(values[k] for k in columns)]
-        with conn.cursor() as cur:
-            sets = ", ".join(f"`{n}` = %s" for n in names)
-            cur.execute(f"UPDATE {self._quoted} SET {sets} WHERE server_id = %s", (*args, s.server_id))
-            if cur.rowcount == 0:
-                # pt-heartbeat needs the row inserted beforehand; we insert it on the first beat.
-                cols = ", ".join(f"`{n}`" for n in [*names, "server_id"])
-                marks = ", ".join(["%s"] * (len(names) + 1))
-                try:
-                    cur.execute(f"INSERT INTO {self._quoted} ({cols}) VALUES ({marks})", (*args, s.server_id))
-                except pymysql.err.IntegrityError as e:
-                    if _code(e) != _ER_DUP_ENTRY:
-                        raise
-        conn.commit()
+        sets = ", ".join(f"`{n}` = %s" for n in names)
+        update = f"UPDATE {self._quoted} SET {sets} WHERE server_id = %s"
+        changed = execute(conn, update, (*args, s.server_id))
+        if changed == 0:
+            # pt-heartbeat needs the row inserted beforehand; we insert it on the first beat.
+            cols = ", ".join(f"`{n}`" for n in [*names, "server_id"])
+            marks = ", ".join(["%s"] * (len(names) + 1))
+            try:
+                execute(conn, f"INSERT INTO {self._quoted} ({cols}) VALUES ({marks})", (*args, s.server_id))
+            except DatabaseError as e:
+                if e.code != ER_DUP_ENTRY:
+                    raise
+        try:
+            conn.commit()  # a no-op under autocommit; the writer may be handed a connection without it
+        except DRIVER_ERRORS as e:
+            raise translate(e, where_of(conn)) from e
 
     def beat(self) -> bool:
         """Write one heartbeat; False when paused because the server is read-only.
 
-        Connection errors propagate (and drop the connection, so the next
-        beat reconnects); configuration errors are :class:`HeartbeatError`.
+        Server failures are :class:`DatabaseError` and drop the connection,
+        so the next beat reconnects; configuration errors are
+        :class:`HeartbeatError`.
         """
         conn, s = self._open()
         try:
@@ -261,19 +263,16 @@ class HeartbeatWriter:
                 return False
             columns = self._columns(conn, s)
             self._write(conn, s, columns)
-        except (pymysql.err.OperationalError, pymysql.err.ProgrammingError) as e:
-            code = _code(e)
-            if code == _ER_OPTION_PREVENTS_STATEMENT:
+        except DatabaseError as e:
+            if e.kind is Kind.READ_ONLY:
                 # Turned read-only between the check and the write.
-                self._set_paused(True, conn, str(e.args[-1]))
+                self._set_paused(True, conn, e.message)
                 return False
-            if code in (_ER_TABLEACCESS_DENIED, _ER_DBACCESS_DENIED, _ER_SPECIFIC_ACCESS_DENIED):
-                raise _denied(
-                    self.table, conn, e, "SELECT, INSERT, UPDATE (and CREATE with --create-table)"
-                ) from e
+            if e.code in (ER_TABLEACCESS_DENIED, ER_DBACCESS_DENIED, ER_SPECIFIC_ACCESS_DENIED):
+                raise _denied(self.table, e, "SELECT, INSERT, UPDATE (and CREATE with --create-table)") from e
             self.close()
             raise
-        except (pymysql.err.InterfaceError, OSError):
+        except BaseException:
             self.close()
             raise
         self._set_paused(False, conn)
@@ -283,31 +282,30 @@ class HeartbeatWriter:
     def run(self, stop: threading.Event) -> None:
         """Beat every ``interval`` seconds until ``stop`` is set.
 
-        Lost connections are retried with capped exponential backoff and
-        jitter; a :class:`HeartbeatError` (configuration) ends the loop.
-        Missed beats are skipped, never written in a burst.
+        Server failures are retried with capped exponential backoff and
+        jitter, logged once with their cause (then once a minute while they
+        last) and once more on recovery; a :class:`HeartbeatError`
+        (configuration) ends the loop. Missed beats are skipped, never
+        written in a burst.
         """
         pause: Callable[[float], object] = self._sleep or stop.wait
+        failures = FailureLog(log, "heartbeat writer", clock=self._monotonic)
         attempt = 0
         due = self._monotonic()
         try:
             while not stop.is_set():
                 try:
                     self.beat()
-                except (
-                    pymysql.err.OperationalError,
-                    pymysql.err.InterfaceError,
-                    pymysql.err.InternalError,
-                    OSError,
-                ) as e:
+                except DatabaseError as e:
                     delay = backoff_delay(
-                        attempt, base=self.backoff_base, cap=self.backoff_cap, rand=self._random()
+                        attempt, base=self.backoff_base, cap=self.backoff_cap, rand=self._random
                     )
                     attempt += 1
-                    log.warning("heartbeat: %s; reconnecting in %.1f s", e, delay)
+                    failures.failed(e, retry_in=delay)
                     pause(delay)
                     due = self._monotonic()
                     continue
+                failures.recovered()
                 attempt = 0
                 now = self._monotonic()
                 due = max(due + self.interval, now)

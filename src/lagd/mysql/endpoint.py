@@ -1,17 +1,36 @@
-"""Where and as whom lagd connects to its replica, and how every session is opened."""
+"""Where and as whom lagd connects, and how every session is opened and hardened."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import asyncmy
+import pymysql
+import pymysql.cursors
+
+from lagd.mysql.errors import DRIVER_ERRORS, translate
+
+# What a blocking connection is, for annotations outside this package.
+BlockingConnection = pymysql.connections.Connection
+
+
+class ReplicaSettingsLike(Protocol):
+    """What :meth:`Endpoint.of_replica` reads: the config's ``[replica]``."""
+
+    host: str
+    port: int
+    user: str
+    socket: str
+    connect_timeout: float
+
+    def password(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """Where and as whom lagd connects to its replica."""
+    """Where and as whom lagd connects: its replica, or (the heartbeat writer) a source."""
 
     host: str = "127.0.0.1"
     port: int = 3306
@@ -19,6 +38,12 @@ class Endpoint:
     password: str = ""
     socket: str = ""
     connect_timeout: float = 5.0
+    role: str = "replica"  # names the server in messages and fixes ("replica.user ...")
+
+    @classmethod
+    def of_replica(cls, r: ReplicaSettingsLike) -> Endpoint:
+        """The replica of the config (reads the password: may raise CredentialError)."""
+        return cls(r.host, r.port, r.user, r.password(), r.socket, r.connect_timeout)
 
     def pymysql_kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = {"user": self.user, "password": self.password,
@@ -30,6 +55,9 @@ class Endpoint:
         return kw
 
     def async_connect(self) -> Callable[[], Awaitable[Any]]:
+        """An asyncmy connect function; the caller hardens the session (the
+        monitor and the probe pool each know their own setup) and bounds every
+        await with a deadline: asyncmy has no read timeout."""
         async def connect() -> Any:
             kw: dict[str, Any] = {"user": self.user, "password": self.password, "autocommit": True,
                                   "connect_timeout": int(max(1, self.connect_timeout))}
@@ -40,29 +68,76 @@ class Endpoint:
             return await asyncmy.connect(**kw)
         return connect
 
+    def connect_blocking(self, *, statement_timeout: float = 5.0, read_timeout: float = 10.0,
+                         read_only: bool = True, lock_wait_timeout: int = 1,
+                         setup: Sequence[str] = (), dict_rows: bool = True) -> BlockingConnection[Any]:
+        """A hardened PyMySQL connection: read and write timeouts on the socket,
+        then :func:`hardening_sql` (``read_only=False`` only for the heartbeat
+        writer on a source), then ``setup``.
+
+        Raises :class:`~lagd.mysql.errors.DatabaseError`. Blocking: call it
+        from a thread (or a command-line tool), never from the event loop.
+        """
+        kw = self.pymysql_kwargs()
+        if dict_rows:
+            kw["cursorclass"] = pymysql.cursors.DictCursor
+        try:
+            conn = pymysql.connect(**kw, read_timeout=read_timeout, write_timeout=read_timeout)
+        except DRIVER_ERRORS as e:
+            raise translate(e, self.where) from e
+        try:
+            # The handshake's version is enough to pick the dialect: no round trip.
+            mariadb = "mariadb" in str(getattr(conn, "server_version", "")).lower()
+            with conn.cursor() as cur:
+                for sql in [*hardening_sql(mariadb, statement_timeout, lock_wait_timeout_s=lock_wait_timeout,
+                                           read_only=read_only), *setup]:
+                    cur.execute(sql)
+        except DRIVER_ERRORS as e:
+            conn.close()
+            raise translate(e, self.where) from e
+        conn.lagd_where = self.where  # type: ignore[attr-defined]  # how errors on it name the server
+        return conn
+
+    @property
+    def address(self) -> str:
+        return self.socket or f"{self.host}:{self.port}"
+
     @property
     def where(self) -> str:
         """How log lines and errors name the server: ``replica 127.0.0.1:3306``."""
-        return f"replica {self.socket or f'{self.host}:{self.port}'}"
+        return f"{self.role} {self.address}"
 
     def __repr__(self) -> str:  # never show the password
-        where = self.socket or f"{self.host}:{self.port}"
-        return f"Endpoint({self.user}@{where})"
+        return f"Endpoint({self.role} {self.user}@{self.address})"
 
 
-def hardening_sql(mariadb: bool, statement_timeout_s: float, *, lock_wait_timeout_s: int = 1) -> list[str]:
-    """Statements that make any lagd session harmless to the replica.
+def hardening_sql(mariadb: bool, statement_timeout_s: float, *, lock_wait_timeout_s: int = 1,
+                  read_only: bool = True) -> list[str]:
+    """Statements that make any lagd session harmless to the server.
 
     READ ONLY: the server refuses writes whatever a bug asks for. A server-side
     statement timeout (MariaDB ``max_statement_time`` covers every statement;
     MySQL ``MAX_EXECUTION_TIME`` covers SELECTs) and a short
     ``lock_wait_timeout``, so a session queued behind DDL's metadata lock gives
-    up instead of holding the SQL thread up.
+    up instead of holding the SQL thread up. ``read_only=False`` is for the one
+    session that writes: the heartbeat writer, on the source.
     """
-    stmts = ["SET SESSION TRANSACTION READ ONLY",
-             f"SET SESSION lock_wait_timeout = {int(lock_wait_timeout_s)}"]
+    if statement_timeout_s <= 0:
+        # 0 means "no limit" to both servers: never produce it by accident.
+        raise ValueError(f"a statement timeout must be positive, not {statement_timeout_s!r}")
+    stmts = ["SET SESSION TRANSACTION READ ONLY"] if read_only else []
+    stmts.append(f"SET SESSION lock_wait_timeout = {max(1, int(lock_wait_timeout_s))}")
     if mariadb:
         stmts.append(f"SET SESSION max_statement_time = {statement_timeout_s:.3f}")
     else:
         stmts.append(f"SET SESSION MAX_EXECUTION_TIME = {max(1, round(statement_timeout_s * 1000))}")
     return stmts
+
+
+def where_of(conn: Any) -> str:
+    """How to name the server behind a blocking connection in a message."""
+    where = getattr(conn, "lagd_where", None)
+    if where:
+        return str(where)
+    sock = getattr(conn, "unix_socket", None)
+    return f"server {sock}" if sock else f"server {getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"

@@ -3,6 +3,13 @@
 The prefetch scheduler needs the SQL thread's position often (tens of times
 a second while it works), the lag poller once a second; both read the latest
 ``ReplicaStatus`` from here instead of querying on their own.
+
+The session is hardened like every other (READ ONLY, statement and lock-wait
+timeouts) and, since asyncmy has no read timeout, every await on it has a
+deadline: a hung replica costs a poll ``read_timeout`` seconds, never the
+event loop. A connection failure is logged once with its cause and fix, then
+at most once a minute while it lasts, and once more when it heals; while the
+monitor waits out its backoff, polls report that same real error.
 """
 
 from __future__ import annotations
@@ -12,13 +19,17 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from lagd.mysql.backoff import Retry
+from lagd.mysql.endpoint import Endpoint, hardening_sql
+from lagd.mysql.errors import DatabaseError, Kind, is_database_error, translate
+from lagd.mysql.faultlog import FailureLog
 from lagd.mysql.replica import ReplicaStatus, ServerFlavor, parse_replica_status
-from lagd.prefetch.pool import backoff_delay
 
 log = logging.getLogger("lagd.mysql.monitor")
 
+T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Sample:
@@ -26,74 +37,132 @@ class Sample:
 
     wall: float  # time.time() when it was taken
     mono: float
-    status: ReplicaStatus | None  # None: not a replica / no such channel
-    error: str | None = None  # set when the server could not be asked
+    status: ReplicaStatus | None  # None: not a replica / no such channel / the server could not be asked
+    error: str | None = None  # why status is None
+    fault: DatabaseError | None = None  # set when the server could not be asked (kind, code, fix)
 
 
 class ReplicaMonitor:
+    """``connect`` opens an asyncmy connection (:meth:`Endpoint.async_connect`);
+    :meth:`of` builds one from an :class:`Endpoint`."""
+
     def __init__(self, connect: Callable[[], Awaitable[Any]], channel: str = "",
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *,
+                 where: str = "replica", read_timeout: float = 5.0, statement_timeout: float = 2.0,
+                 connect_timeout: float = 5.0, retry: Retry | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._connect = connect
         self.channel = channel
         self._sleep = sleep
+        self.where = where
+        self.read_timeout = read_timeout
+        self.statement_timeout = statement_timeout
+        self.connect_timeout = connect_timeout
+        self._retry = retry or Retry()
+        self._clock = clock
         self._conn: Any = None
         self.flavor: ServerFlavor | None = None
         self.latest: Sample | None = None
+        self.last_fault: DatabaseError | None = None
         self.polls = 0
         self.failures = 0
-        self._attempt = 0
-        self._next_try = 0.0
+        self.reconnects = 0
+        self._ever_connected = False
+        self.failure_log = FailureLog(log, where, clock=clock)
         self._lock = asyncio.Lock()  # one statement at a time on the one connection
 
+    @classmethod
+    def of(cls, endpoint: Endpoint, channel: str = "", **kw: Any) -> ReplicaMonitor:
+        kw.setdefault("connect_timeout", endpoint.connect_timeout)
+        return cls(endpoint.async_connect(), channel, where=endpoint.where, **kw)
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    async def _bounded(self, aw: Awaitable[T], seconds: float) -> T:
+        try:
+            return await asyncio.wait_for(aw, seconds)
+        except TimeoutError as e:
+            raise DatabaseError(f"{self.where}: no answer in {seconds:g} s (the server hangs or is "
+                                "overloaded)", kind=Kind.LOST, where=self.where) from e
+
     async def _ensure(self) -> Any:
-        if self._conn is None:
-            now = time.monotonic()
-            if now < self._next_try:
-                raise ConnectionError("waiting to reconnect")
-            try:
-                self._conn = await self._connect()
-                rows = await self._rows("SELECT VERSION() AS version")
-                self.flavor = ServerFlavor.from_version_string(str(rows[0]["version"]))
-                self._attempt = 0
-            except BaseException:
-                self._conn = None
-                self._next_try = now + backoff_delay(self._attempt, base=0.5, cap=15.0)
-                self._attempt += 1
-                raise
+        if self._conn is not None:
+            return self._conn
+        if not self._retry.due(self._clock()):
+            # Waiting out the backoff: the last real cause is still the news.
+            assert self.last_fault is not None
+            raise self.last_fault
+        try:
+            self._conn = await self._bounded(self._connect(), self.connect_timeout + 1.0)
+            rows = await self._rows("SELECT VERSION() AS version")
+            self.flavor = ServerFlavor.from_version_string(str(rows[0]["version"]))
+            for sql in hardening_sql(self.flavor.is_mariadb, self.statement_timeout):
+                await self._rows(sql)
+        except BaseException as e:
+            self._drop()
+            if is_database_error(e):
+                self._connect_failed(translate(e, self.where))
+            raise
+        if self._ever_connected:
+            self.reconnects += 1
+        self._ever_connected = True
+        self._retry.succeeded()
+        self.failure_log.recovered()
         return self._conn
 
+    def _connect_failed(self, fault: DatabaseError) -> None:
+        self.last_fault = fault
+        self._retry.failed(self._clock())
+        self.failure_log.failed(fault)
+
     async def _rows(self, sql: str) -> list[dict[str, Any]]:
-        async with self._conn.cursor() as cur:
-            await cur.execute(sql)
-            cols = [d[0] for d in cur.description or ()]
-            return [dict(zip(cols, _text(r), strict=True)) for r in await cur.fetchall()]
+        async def run() -> list[dict[str, Any]]:
+            async with self._conn.cursor() as cur:
+                await cur.execute(sql)
+                cols = [d[0] for d in cur.description or ()]
+                return [dict(zip(cols, _text(r), strict=True)) for r in await cur.fetchall()]
+        return await self._bounded(run(), self.read_timeout)
+
+    async def _statement(self, sql: str) -> list[dict[str, Any]]:
+        """``sql`` on the (re)opened connection; DatabaseError on failure, connection dropped."""
+        await self._ensure()
+        try:
+            return await self._rows(sql)
+        except BaseException as e:
+            self._drop()
+            if is_database_error(e):
+                fault = translate(e, self.where)
+                if fault.broken:
+                    # Lost mid-statement: the next attempt is a reconnect, on the schedule.
+                    self._connect_failed(fault)
+                raise fault from e
+            raise
 
     async def query(self, sql: str) -> list[dict[str, Any]]:
-        """Run one statement on the monitor connection (reconnecting)."""
+        """Run one statement on the monitor connection (reconnecting); raises DatabaseError."""
         async with self._lock:
-            await self._ensure()
-            try:
-                return await self._rows(sql)
-            except Exception:
-                self._drop()
-                raise
+            return await self._statement(sql)
 
     async def poll(self) -> Sample:
-        """Ask the replica for its status now; never raises."""
+        """Ask the replica for its status now; never raises (but for cancellation)."""
         self.polls += 1
         wall, mono = time.time(), time.monotonic()
         try:
             async with self._lock:
                 await self._ensure()
                 assert self.flavor is not None
-                rows = await self._rows(self.flavor.replica_status_statement)
+                rows = await self._statement(self.flavor.replica_status_statement)
             status = self._pick(rows)
             sample = Sample(wall, mono, status,
-                            None if status else f"no replication channel {self.channel!r} on the server")
-        except Exception as e:
+                            None if status else f"{self.where}: no replication channel {self.channel!r}")
+        except DatabaseError as e:
             self.failures += 1
-            self._drop()
-            sample = Sample(wall, mono, None, f"{type(e).__name__}: {e}")
+            sample = Sample(wall, mono, None, str(e), e)
+        except Exception as e:  # a status row lagd cannot read: say so, keep polling
+            self.failures += 1
+            sample = Sample(wall, mono, None, f"{self.where}: {e}")
         self.latest = sample
         return sample
 
@@ -125,12 +194,13 @@ class ReplicaMonitor:
         return None if not rows or rows[0]["v"] is None else str(rows[0]["v"])
 
     def _drop(self) -> None:
-        if self._conn is not None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
             try:
-                self._conn.close()
+                # close() only drops the socket: QUIT could wait on a hung server.
+                conn.close()
             except Exception:
                 log.debug("closing the monitor connection failed", exc_info=True)
-        self._conn = None
 
     async def close(self) -> None:
         self._drop()

@@ -21,14 +21,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-import pymysql.err
 from pymysql.connections import Connection
 from pymysql.cursors import DictCursor
 
-from lagd.errors import NotAReplicaError, ReplicaStatusError, ServerVersionError
+from lagd.errors import LagdError, NotAReplicaError, ReplicaStatusError, ServerVersionError
+from lagd.mysql.endpoint import where_of
+from lagd.mysql.errors import DRIVER_ERRORS, ER_PARSE_ERROR, ER_SPECIFIC_ACCESS_DENIED, code_of, translate
 
 __all__ = [
     "IoState",
@@ -44,6 +46,7 @@ __all__ = [
     "fetch_replica_status",
     "fetch_replica_statuses",
     "parse_replica_status",
+    "relay_log_index",
 ]
 
 
@@ -562,28 +565,20 @@ def parse_replica_status(
 
 # --- I/O --------------------------------------------------------------------
 
-_ER_SPECIFIC_ACCESS_DENIED: Final = 1227
-_ER_PARSE_ERROR: Final = 1064
-
-
 def _query(conn: Connection[Any], sql: str) -> tuple[dict[str, Any], ...]:
     # An explicit DictCursor: the caller's connection may default to tuples.
-    with conn.cursor(DictCursor) as cur:
-        cur.execute(sql)
-        return cur.fetchall()
+    try:
+        with conn.cursor(DictCursor) as cur:
+            cur.execute(sql)
+            return cur.fetchall()
+    except DRIVER_ERRORS as e:
+        raise translate(e, where_of(conn)) from e
 
 
 def detect_flavor(conn: Connection[Any]) -> ServerFlavor:
     """The flavor of the server behind ``conn``, from ``SELECT VERSION()``."""
     rows = _query(conn, "SELECT VERSION() AS version")
     return ServerFlavor.from_version_string(str(rows[0]["version"]))
-
-
-def _where(conn: Connection[Any]) -> str:
-    sock = getattr(conn, "unix_socket", None)
-    if sock:
-        return str(sock)
-    return f"{getattr(conn, 'host', '?')}:{getattr(conn, 'port', '?')}"
 
 
 def _monitor_privilege(flavor: ServerFlavor) -> str:
@@ -604,20 +599,22 @@ def fetch_replica_statuses(
         flavor = detect_flavor(conn)
     statement = flavor.replica_status_statement
     try:
-        rows = _query(conn, statement)
-    except (pymysql.err.OperationalError, pymysql.err.ProgrammingError) as e:
-        code = e.args[0] if e.args else None
-        if code == _ER_SPECIFIC_ACCESS_DENIED:
+        with conn.cursor(DictCursor) as cur:
+            cur.execute(statement)
+            rows = cur.fetchall()
+    except DRIVER_ERRORS as e:
+        code = code_of(e)
+        if code == ER_SPECIFIC_ACCESS_DENIED:
             raise ReplicaStatusError(
-                f"{_where(conn)} refused {statement}: {e.args[1] if len(e.args) > 1 else e}",
+                f"{where_of(conn)} refused {statement}: {e.args[1] if len(e.args) > 1 else e}",
                 fix=f"GRANT {_monitor_privilege(flavor)} ON *.* TO the account lagd connects as",
             ) from e
-        if code == _ER_PARSE_ERROR:
+        if code == ER_PARSE_ERROR:
             raise ReplicaStatusError(
-                f"{_where(conn)} does not understand {statement}, so it is not {flavor}",
+                f"{where_of(conn)} does not understand {statement}, so it is not {flavor}",
                 fix="let lagd detect the flavor (flavor=None) instead of passing one",
             ) from e
-        raise
+        raise translate(e, where_of(conn)) from e
     gtid_slave_pos: str | None = None
     if flavor.is_mariadb and any("Gtid_Slave_Pos" not in row for row in rows):
         # Only SHOW ALL SLAVES STATUS carries the server-wide applied position.
@@ -642,7 +639,7 @@ def fetch_replica_status(
     if flavor is None:
         flavor = detect_flavor(conn)
     statuses = fetch_replica_statuses(conn, flavor)
-    where = f"{_where(conn)} ({flavor})"
+    where = f"{where_of(conn)} ({flavor})"
     if not statuses:
         if flavor.is_mariadb:
             how = "CHANGE MASTER TO ... then START SLAVE"
@@ -667,3 +664,30 @@ def fetch_replica_status(
         fix="configure lagd with one of the channels listed",
         channels=names,
     )
+
+
+def relay_log_index(conn: Connection[Any], override: str = "") -> Path:
+    """Where the replica's relay-log index is: ``override`` (the config), else the server says.
+
+    ``@@relay_log_index`` may be relative to the datadir; without it the
+    index is ``@@relay_log_basename`` + ``.index``.
+    """
+    if override:
+        return Path(override)
+    rows = _query(conn, "SELECT @@GLOBAL.relay_log_index AS i, @@GLOBAL.relay_log_basename AS b,"
+                        " @@GLOBAL.datadir AS d")
+    row = rows[0] if rows else {}
+    index, basename, datadir = (_str_or_none(row.get(k)) for k in ("i", "b", "d"))
+    if index:
+        p = Path(index)
+        return p if p.is_absolute() or not datadir else Path(datadir) / p
+    if basename:
+        return Path(f"{basename}.index")
+    raise LagdError(f"{where_of(conn)} does not say where its relay-log index is",
+                    fix="set replica.relay_log_index in the config")
+
+
+def _str_or_none(value: object) -> str | None:
+    if value is None:
+        return None
+    return bytes(value).decode() if isinstance(value, bytes | bytearray) else str(value)

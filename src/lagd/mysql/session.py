@@ -1,28 +1,51 @@
-"""A blocking (PyMySQL) session used from asyncio without ever blocking the loop.
+"""Blocking (PyMySQL) sessions: run off the event loop, and every statement's errors in lagd's words.
 
 Heartbeat reads, settings, information_schema: small queries that are easier
-with a blocking driver. Each call runs in a daemon thread, one at a time, with
-a socket read timeout *and* an asyncio deadline: a hung server costs the caller
-one timeout, never the event loop, and never keeps the process alive after
-SIGTERM (a daemon thread is abandoned at exit). Any driver failure drops the
-connection, so the next call reconnects; the caller sees :class:`DatabaseError`.
+with a blocking driver. :class:`BlockingSession` runs each call in a daemon
+thread, one at a time, with a socket read timeout *and* an asyncio deadline:
+a hung server costs the caller one timeout, never the event loop, and never
+keeps the process alive after SIGTERM (a daemon thread is abandoned at exit).
+Any driver failure drops the connection, so the next call reconnects; the
+caller sees :class:`DatabaseError`. :func:`query` and :func:`execute` are what
+code outside this package runs on a blocking connection.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import pymysql
 import pymysql.cursors
 
-from lagd.mysql.endpoint import Endpoint, hardening_sql
+from lagd.mysql.endpoint import Endpoint, where_of
 from lagd.mysql.errors import DRIVER_ERRORS, DatabaseError, Kind, translate
 
 T = TypeVar("T")
+
+
+def query(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of ``sql`` as dicts (whatever the connection's cursor class);
+    driver errors come out as :class:`DatabaseError`."""
+    try:
+        with conn.cursor(pymysql.cursors.DictCursor) as cur:
+            cur.execute(sql, args or None)
+            return list(cur.fetchall())
+    except DRIVER_ERRORS as e:
+        raise translate(e, where_of(conn)) from e
+
+
+def execute(conn: Any, sql: str, args: tuple[Any, ...] = ()) -> int:
+    """Run a statement without rows; the number of rows it changed."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql, args or None)
+            return int(cur.rowcount)
+    except DRIVER_ERRORS as e:
+        raise translate(e, where_of(conn)) from e
 
 
 async def in_daemon_thread(fn: Callable[[], T]) -> T:
@@ -53,7 +76,12 @@ async def in_daemon_thread(fn: Callable[[], T]) -> T:
 
 
 class BlockingSession:
-    """One hardened connection to the replica, for blocking queries run off the loop."""
+    """One hardened connection to the replica, for blocking queries run off the loop.
+
+    ``fn`` passed to :meth:`run` gets a PyMySQL connection with dict rows and
+    may use :func:`query`/:func:`execute` on it; whatever driver error or
+    connection-kind :class:`DatabaseError` comes out drops the connection.
+    """
 
     def __init__(self, endpoint: Endpoint, *, statement_timeout: float = 5.0,
                  read_timeout: float = 10.0) -> None:
@@ -68,44 +96,50 @@ class BlockingSession:
         return self.endpoint.where
 
     def _open(self) -> Any:
-        conn = pymysql.connect(**self.endpoint.pymysql_kwargs(), read_timeout=self.read_timeout,
-                               write_timeout=self.read_timeout, cursorclass=pymysql.cursors.DictCursor)
-        try:
-            with conn.cursor() as cur:
-                cur.execute("SELECT VERSION() AS v")
-                row = cur.fetchone() or {}
-                mariadb = "mariadb" in str(row.get("v", "")).lower()
-                for sql in hardening_sql(mariadb, self.statement_timeout):
-                    cur.execute(sql)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        return self.endpoint.connect_blocking(statement_timeout=self.statement_timeout,
+                                              read_timeout=self.read_timeout)
 
     def _call(self, fn: Callable[[Any], T]) -> T:
         if self._conn is None:
             self._conn = self._open()
         return fn(self._conn)
 
+    @property
+    def deadline(self) -> float:
+        """Seconds one call may take: a connect and a read, and a little slack."""
+        return self.endpoint.connect_timeout + self.read_timeout + 1.0
+
     async def run(self, fn: Callable[[Any], T]) -> T:
-        """``fn(conn)`` with a PyMySQL connection (DictCursor rows) in a thread."""
+        """``fn(conn)`` with a PyMySQL connection (dict rows) in a daemon thread."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(in_daemon_thread(lambda: self._call(fn)), self.read_timeout + 2)
+                return await asyncio.wait_for(in_daemon_thread(lambda: self._call(fn)), self.deadline)
             except TimeoutError as e:
-                self.close()
-                raise DatabaseError(f"{self.where}: no answer in {self.read_timeout + 2:g} s", kind=Kind.LOST,
+                self._abandon()
+                raise DatabaseError(f"{self.where}: no answer in {self.deadline:g} s", kind=Kind.LOST,
                                     where=self.where) from e
+            except DatabaseError:
+                # Even an error that leaves the session usable costs only a
+                # reconnect; telling them apart is how subsystems died for good.
+                self.close()
+                raise
             except DRIVER_ERRORS as e:
                 self.close()
                 raise translate(e, self.where) from e
 
     async def query(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-        def q(conn: Any) -> list[dict[str, Any]]:
-            with conn.cursor() as cur:
-                cur.execute(sql, args or None)
-                return list(cur.fetchall())
-        return await self.run(q)
+        return await self.run(lambda conn: query(conn, sql, args))
+
+    def _abandon(self) -> None:
+        # The thread that owns the connection may still be blocked in it:
+        # closing from here could race it, so the socket is shut down instead
+        # and the thread ends on its own read error.
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            sock = getattr(conn, "_sock", None)
+            with contextlib.suppress(Exception):
+                if sock is not None:
+                    sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

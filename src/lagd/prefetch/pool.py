@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lagd.mysql.backoff import backoff_delay
+from lagd.mysql.endpoint import hardening_sql
+from lagd.mysql.errors import ER_LOCK_WAIT_TIMEOUT, DatabaseError, Kind, translate
+
 log = logging.getLogger("lagd.prefetch.pool")
 
-_TIMEOUT_ERRORS = {1969, 3024}  # MariaDB ER_STATEMENT_TIMEOUT, MySQL ER_QUERY_TIMEOUT
-_LOCK_WAIT_ERRORS = {1205}  # lock_wait_timeout on a metadata lock
-_CONNECTION_ERRORS = {2002, 2003, 2006, 2013, 2055, 1927, 1053, 1152}
 _LOCKING = re.compile(r"\bFOR\s+(UPDATE|SHARE)\b|\bLOCK\s+IN\s+SHARE\s+MODE\b|\bINTO\b", re.I)
 
 
@@ -46,16 +46,11 @@ class ProbeLike(Protocol):
 
 def session_setup(mariadb: bool, timeout_ms: int) -> list[str]:
     """The statements that make a probe session harmless (see module doc)."""
-    stmts = ["SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED, READ ONLY",
-             "SET SESSION lock_wait_timeout = 1",
-             # The decoder gives TIMESTAMP values as UTC; compared in another
-             # zone a key would point at the wrong page.
-             "SET SESSION time_zone = '+00:00'"]
-    if mariadb:
-        stmts.append(f"SET SESSION max_statement_time = {timeout_ms / 1000:.3f}")
-    else:
-        stmts.append(f"SET SESSION MAX_EXECUTION_TIME = {int(timeout_ms)}")
-    return stmts
+    return [*hardening_sql(mariadb, timeout_ms / 1000),
+            "SET SESSION TRANSACTION ISOLATION LEVEL READ UNCOMMITTED",
+            # The decoder gives TIMESTAMP values as UTC; compared in another
+            # zone a key would point at the wrong page.
+            "SET SESSION time_zone = '+00:00'"]
 
 
 def refuse_reason(sql: str) -> str | None:
@@ -68,12 +63,6 @@ def refuse_reason(sql: str) -> str | None:
     if _LOCKING.search(sql):
         return "locking read or INTO"
     return None
-
-
-def backoff_delay(attempt: int, base: float = 0.2, cap: float = 10.0,
-                  rng: Callable[[], float] = random.random) -> float:
-    """Capped exponential backoff with full jitter: spread reconnects out."""
-    return float(rng() * min(cap, base * (2 ** min(attempt, 16))))
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,9 +95,15 @@ class ProbePool:
 
     def __init__(self, connect: Connect, *, mariadb: bool, size: int, timeout_ms: int,
                  on_done: Done, queue_limit: int | None = None,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 where: str = "replica", connect_timeout: float = 5.0) -> None:
         self._connect = connect
         self._setup = session_setup(mariadb, timeout_ms)
+        self.where = where
+        # asyncmy has no read timeout: a probe that outlives its server-side
+        # timeout by this much means the server hangs, and the connection goes.
+        self._probe_deadline = timeout_ms / 1000 + 2.0
+        self._connect_deadline = connect_timeout + 2.0
         self.size = size
         self._on_done = on_done
         self._sleep = sleep
@@ -175,22 +170,32 @@ class ProbePool:
         self._workers = []
         self.drop_queued()
 
+    async def _setup_session(self) -> Any:
+        conn = await self._connect()
+        try:
+            async with conn.cursor() as cur:
+                for stmt in self._setup:
+                    await cur.execute(stmt)
+        except BaseException:
+            _close_quietly(conn)
+            raise
+        return conn
+
     async def _open(self) -> Any:
         attempt = 0
         while True:
             try:
-                conn = await self._connect()
-                async with conn.cursor() as cur:
-                    for stmt in self._setup:
-                        await cur.execute(stmt)
+                conn = await asyncio.wait_for(self._setup_session(), self._connect_deadline)
                 self.counters.connected += 1
                 return conn
             except asyncio.CancelledError:
                 raise
-            except Exception as e:  # server down or restarting: keep trying, slowly
-                self.last_error = f"connect: {e}"
+            except Exception as e:  # server down or restarting: keep trying
+                fault = translate(e, self.where)
+                self.last_error = f"connect: {fault}"
                 if attempt == 0:
-                    log.warning("probe connection failed: %s; retrying with backoff", e)
+                    # The monitor logs the replica's faults with their fixes; one line here is enough.
+                    log.info("probe connection failed: %s; retrying with backoff", fault.message)
                 self.counters.reconnects += 1
                 await self._sleep(backoff_delay(attempt))
                 attempt += 1
@@ -211,15 +216,13 @@ class ProbePool:
                 self.busy += 1
                 t0 = time.perf_counter()
                 try:
-                    async with conn.cursor() as cur:
-                        await cur.execute(probe.sql, probe.params)
-                        found = len(await cur.fetchall())
+                    found = await asyncio.wait_for(self._probe(conn, probe), self._probe_deadline)
                     outcome = Outcome("ok", found, time.perf_counter() - t0)
                     self.counters.succeeded += 1
                     self.counters.rows_found += found
                 except asyncio.CancelledError:
                     raise
-                except Exception as e:
+                except Exception as e:  # any failure is one probe's, never the worker's
                     outcome, broken = self._classify(e, time.perf_counter() - t0)
                     if broken:
                         _close_quietly(conn)
@@ -233,17 +236,31 @@ class ProbePool:
             if conn is not None:
                 _close_quietly(conn)
 
-    def _classify(self, e: Exception, seconds: float) -> tuple[Outcome, bool]:
-        code = e.args[0] if e.args and isinstance(e.args[0], int) else None
-        if code in _TIMEOUT_ERRORS:
+    @staticmethod
+    async def _probe(conn: Any, probe: ProbeLike) -> int:
+        async with conn.cursor() as cur:
+            await cur.execute(probe.sql, probe.params)
+            return len(await cur.fetchall())
+
+    def _classify(self, e: BaseException, seconds: float) -> tuple[Outcome, bool]:
+        """What a failed probe was, and whether its connection must go.
+
+        Server-side refusals (timeouts, a dropped index) leave the session
+        sound: reconnecting for each would only add load while DDL runs.
+        """
+        if isinstance(e, TimeoutError):
+            e = DatabaseError(f"{self.where}: probe unanswered after {self._probe_deadline:g} s",
+                              kind=Kind.LOST, where=self.where)
+        fault = translate(e, self.where)
+        if fault.kind is Kind.TIMEOUT:
+            if fault.code == ER_LOCK_WAIT_TIMEOUT:
+                self.counters.failed += 1
+                return Outcome("lock_wait", 0, seconds, fault.message), False
             self.counters.timed_out += 1
-            return Outcome("timeout", 0, seconds, str(e)), False
-        if code in _LOCK_WAIT_ERRORS:
-            self.counters.failed += 1
-            return Outcome("lock_wait", 0, seconds, str(e)), False
+            return Outcome("timeout", 0, seconds, fault.message), False
         self.counters.failed += 1
-        self.last_error = f"{type(e).__name__}: {e}"
-        broken = code in _CONNECTION_ERRORS or code is None
+        self.last_error = fault.message
+        broken = fault.broken or fault.kind is Kind.OTHER
         return Outcome("error", 0, seconds, self.last_error), broken
 
 

@@ -8,15 +8,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pymysql
-
 from lagd.errors import LagdError
 from lagd.mysql.endpoint import Endpoint
 from lagd.mysql.monitor import ReplicaMonitor
+from lagd.mysql.replica import relay_log_index
 from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine
 from lagd.prefetch.pool import ProbePool
-from lagd.relaylog import InformationSchemaResolver, LogFiles, RelayLogReader, RelayPosition
+from lagd.relaylog import InformationSchemaResolver, LogFiles, RelayLogError, RelayLogReader, RelayPosition
+
+# relay_log_index lives in lagd.mysql.replica; re-exported while callers move there.
+__all__ = ["PrefetchOptions", "build_engine", "check_readable", "information_schema_connect",
+           "relay_log_index"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,46 +40,44 @@ class PrefetchOptions:
     exclude_schemas: tuple[str, ...] = ("mysql", "sys", "performance_schema", "information_schema")
 
 
-def relay_log_index(conn: Any, override: str = "") -> Path:
-    """Where the replica's relay-log index is: the config, else the server says."""
-    if override:
-        return Path(override)
-    with conn.cursor() as cur:
-        cur.execute("SELECT @@GLOBAL.relay_log_index AS i, @@GLOBAL.relay_log_basename AS b,"
-                    " @@GLOBAL.datadir AS d")
-        row = cur.fetchone()
-    index, basename, datadir = (row["i"], row["b"], row["d"]) if isinstance(row, dict) else row
-    if index:
-        p = Path(index)
-        return p if p.is_absolute() else Path(datadir) / p
-    if basename:
-        return Path(f"{basename}.index")
-    raise LagdError("the server does not say where its relay-log index is",
-                    fix="set replica.relay_log_index in the config")
-
-
 def check_readable(index: Path) -> str | None:
-    """Why the relay log cannot be read by this process, or None."""
+    """Why the relay log cannot be read by this process, or None.
+
+    A missing index in a directory this process can enter and list is not a
+    permission problem: the replica has no relay log (RESET SLAVE removes
+    it), or the config points elsewhere.
+    """
     if not index.exists():
         try:
-            index.parent.stat()
+            names = os.listdir(index.parent)
         except PermissionError:
             return (f"cannot enter {index.parent} (permission denied): add the lagd user to the "
                     "mysql group (SupplementaryGroups=mysql in the unit)")
         except FileNotFoundError:
             return (f"{index} does not exist (nor does {index.parent}): lagd must run on the replica's "
                     "host, and replica.relay_log_index must point at the relay-log index")
-        return f"{index} does not exist: check replica.relay_log_index (or relay_log on the server)"
+        except OSError as e:
+            return f"cannot list {index.parent}: {e.strerror}"
+        others = sorted(n for n in names if n.endswith(".index") and n != index.name)
+        hint = f" ({index.parent} has {', '.join(others[:3])})" if others else ""
+        return (f"the relay log index {index} does not exist: the replica has no relay log (RESET SLAVE?) "
+                f"or replica.relay_log_index points elsewhere{hint}; lagd retries until it appears")
     if not os.access(index, os.R_OK):
         return (f"{index} is not readable by this user: add the lagd user to the mysql group "
                 "(SupplementaryGroups=mysql in the unit)")
     return None
 
 
+def information_schema_connect(endpoint: Endpoint) -> Callable[[], Any]:
+    """Connections for :class:`InformationSchemaResolver`: hardened, and short
+    timeouts, because the reader asks while the event loop waits."""
+    return lambda: endpoint.connect_blocking(statement_timeout=2.0, read_timeout=3.0)
+
+
 async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factory: Callable[..., Any],
-                       *, index: Path, mariadb: bool, pool_bytes: int) -> PrefetchEngine:
+                       *, index: Path, mariadb: bool, pool_bytes: int, channel: str = "") -> PrefetchEngine:
     """A prefetch engine whose cursor starts at the SQL thread's position."""
-    monitor = ReplicaMonitor(endpoint.async_connect())
+    monitor = ReplicaMonitor.of(endpoint, channel)
     sample = await monitor.poll()
     if sample.status is None:
         raise LagdError(f"cannot read the replica's status: {sample.error}",
@@ -84,21 +85,21 @@ async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factor
     start = RelayPosition(sample.status.relay_log_file, sample.status.relay_log_pos)
 
     def resync() -> RelayPosition:
-        conn = pymysql.connect(**endpoint.pymysql_kwargs())
-        try:
-            with conn.cursor(pymysql.cursors.DictCursor) as cur:
-                cur.execute("SHOW SLAVE STATUS" if mariadb else "SHOW REPLICA STATUS")
-                row = cur.fetchone() or {}
-        finally:
-            conn.close()
-        file = row.get("Relay_Log_File") or ""
-        return RelayPosition(str(file), int(row.get("Relay_Log_Pos") or 4))
+        # The engine polls the monitor many times a second: its latest status
+        # is fresh, and reading it costs the event loop nothing.
+        sample = monitor.latest
+        latest = sample.status if sample else None
+        if latest is None:
+            why = sample.error if sample else "no poll yet"
+            raise RelayLogError(f"no replica status to resync from ({why})")
+        return RelayPosition(latest.relay_log_file, latest.relay_log_pos)
 
-    resolver = InformationSchemaResolver(lambda: pymysql.connect(**endpoint.pymysql_kwargs()))
+    resolver = InformationSchemaResolver(information_schema_connect(endpoint))
     reader = RelayLogReader(LogFiles(index), start, resolver, resync=resync, chunk_size=256 * 1024)
     pool = ProbePool(endpoint.async_connect(), mariadb=mariadb, size=opts.connections,
                      timeout_ms=opts.statement_timeout_ms, on_done=lambda *_: None,
-                     queue_limit=opts.connections * 8)
+                     queue_limit=opts.connections * 8, where=endpoint.where,
+                     connect_timeout=endpoint.connect_timeout)
     limits = control.limits_for(opts.min_lead_transactions, opts.max_lead_transactions,
                                 opts.max_lead_bytes, opts.max_lead_seconds, pool_bytes,
                                 opts.buffer_pool_share)

@@ -12,41 +12,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from pymysql.charset import charset_by_id, charset_by_name
-
+from lagd.mysql.charsets import codec_for_charset, codec_for_collation
 from lagd.relaylog import _columns as c
 from lagd.relaylog._tablemap import TableMap
 from lagd.relaylog.events import Column, Index, TableInfo
 
 log = logging.getLogger("lagd.relaylog.schema")
-
-_BINARY_COLLATION = 63
-
-
-def codec_for_collation(collation: int | None) -> str | None:
-    """Python codec for a collation id; None for binary (values stay bytes)."""
-    if collation is None or collation == _BINARY_COLLATION:
-        return None
-    try:
-        cs = charset_by_id(collation)
-    except KeyError:
-        # Newer servers add collation ids faster than client tables do; the
-        # new ones are all utf8mb4 (MySQL 8 >= 255, MariaDB 11 >= 2048).
-        return "utf8"
-    return None if getattr(cs, "name", "") == "binary" else str(cs.encoding)
-
-
-def codec_for_charset(name: str | None) -> str | None:
-    if not name or name == "binary":
-        return None
-    try:
-        return str(charset_by_name(name).encoding)
-    except KeyError:
-        return "utf8"
-
 
 class SchemaResolver(Protocol):
     def resolve(self, tm: TableMap) -> TableInfo: ...
@@ -106,7 +81,7 @@ class TableMapResolver:
         return None
 
 
-Connect = Callable[[], Any]  # returns a PyMySQL connection
+Connect = Callable[[], Any]  # returns a hardened PyMySQL connection with a read timeout
 
 
 class InformationSchemaResolver(TableMapResolver):
@@ -117,9 +92,17 @@ class InformationSchemaResolver(TableMapResolver):
     disagrees and the table-map-only answer is used until the DDL passes.
     """
 
-    def __init__(self, connect: Connect, decode_all: bool = False) -> None:
+    def __init__(self, connect: Connect, decode_all: bool = False, *,
+                 retry_after: Callable[[int], float] = lambda n: min(30.0, 0.5 * 2.0 ** n),
+                 clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(decode_all)
         self._connect = connect
+        # After a failed lookup the replica is left alone for a while: the
+        # reader asks while the event loop waits, so a hung replica must cost
+        # one read timeout per pause, not one per table map.
+        self._retry_after, self._clock = retry_after, clock
+        self._failed_in_a_row = 0
+        self._next_try = 0.0
         self._conn: Any = None
         self._cache: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
         self._lock = threading.Lock()
@@ -141,10 +124,13 @@ class InformationSchemaResolver(TableMapResolver):
             hit = self._cache.get(key)
         if hit is not None:
             return hit
+        if self._clock() < self._next_try:
+            return [], []
         self.lookups += 1
         for attempt in (1, 2):
+            fresh = self._conn is None
             try:
-                if self._conn is None:
+                if fresh:
                     self._conn = self._connect()
                 with self._conn.cursor() as cur:
                     cur.execute(
@@ -163,13 +149,20 @@ class InformationSchemaResolver(TableMapResolver):
                     )
                     stats = [self._row(cur, r) for r in cur.fetchall()]
                 break
-            except Exception as exc:  # connection lost: one reconnect, then give up for now
-                self.last_error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # any failure drops the session
+                self.last_error = str(exc)
                 self._close()
-                if attempt == 2:
+                if attempt == 2 or fresh:
+                    # A kept session may just have gone stale (one reconnect);
+                    # a fresh one failing means the replica is in trouble.
                     self.failures += 1
-                    log.warning("information_schema lookup of %s failed: %s", key, self.last_error)
+                    pause = self._retry_after(self._failed_in_a_row)
+                    self._failed_in_a_row += 1
+                    self._next_try = self._clock() + pause
+                    log.warning("information_schema lookup of %s failed: %s; using the relay log's "
+                                "metadata alone for %.0f s", key, self.last_error, pause)
                     return [], []
+        self._failed_in_a_row = 0
         with self._lock:
             self._cache[key] = (cols, stats)
         return cols, stats

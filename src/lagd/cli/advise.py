@@ -29,9 +29,9 @@ import click
 from lagd.advisor import AdvisorError, SplitLimits, status_deltas
 from lagd.advisor import advise as run_rules
 from lagd.advisor.runtime import advice_dicts, gather_replica
+from lagd.cli.doctor import connect
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, CredentialError, Settings, load_settings
 from lagd.errors import LagdError
-from lagd.mysql.endpoint import Endpoint
 from lagd.mysql.errors import DatabaseError
 from lagd.mysql.replica import fetch_replica_status
 
@@ -91,7 +91,7 @@ def _connect(s: Settings) -> Any:
     """lagd's own account on the replica, hardened like every lagd session
     (CredentialError when the password cannot be read, DatabaseError when the
     server cannot be reached)."""
-    return Endpoint.of_replica(s.replica).connect_blocking(statement_timeout=10.0, read_timeout=15.0)
+    return connect(s.replica)
 
 
 def replica_advice(conn: Any, s: Settings, window: float = 0.0) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from typing import Any
 
 import click
 
-from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings
+from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, ReplicaSettings, Settings, load_settings
 from lagd.errors import LagdError
 from lagd.mysql.endpoint import Endpoint
 from lagd.mysql.errors import ER_SPECIFIC_ACCESS_DENIED, DatabaseError, Kind
@@ -454,6 +454,12 @@ def _connect_fix(e: DatabaseError, settings: Settings, config: str) -> str:
     return f"check replica.* in {config}"
 
 
+def connect(replica: ReplicaSettings) -> Any:
+    """lagctl's session on the replica, hardened like lagd's own: it reads,
+    never waits long on a lock, and never hangs on a hung server."""
+    return Endpoint.of_replica(replica).connect_blocking(statement_timeout=10.0, read_timeout=15.0)
+
+
 def run_checks(settings: Settings, config: str) -> list[Finding]:
     """Every check, in order; stops after the connection when there is none."""
     from lagd.mysql.replica import detect_flavor, fetch_replica_status  # noqa: PLC0415
@@ -461,8 +467,7 @@ def run_checks(settings: Settings, config: str) -> list[Finding]:
     r = settings.replica
     where = r.socket or f"{r.host}:{r.port}"
     try:
-        # Hardened like lagd's own sessions: doctor reads, never waits on a lock, never hangs.
-        conn = Endpoint.of_replica(r).connect_blocking(statement_timeout=10.0, read_timeout=15.0)
+        conn = connect(r)
     except DatabaseError as e:
         return [Finding("connect", FAIL, f"cannot connect to {where} as {r.user}: {e.detail}",
                         _connect_fix(e, settings, config))]

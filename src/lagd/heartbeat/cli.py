@@ -7,7 +7,7 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,6 +64,16 @@ def parse_dsn(text: str) -> SourceDsn:
     user = unquote(parts.username) if parts.username else None
     password = unquote(parts.password) if parts.password is not None else None
     return SourceDsn(parts.hostname, port or 3306, user, password)
+
+
+def source_connect(dsn: SourceDsn, password: str) -> Callable[[], Any]:
+    """Connections for the writer: it writes, so not READ ONLY, but bounded
+    like every lagd session, so a hung source costs a beat, not the writer."""
+    # No user in the DSN: the login name, as the mysql client does.
+    endpoint = Endpoint(dsn.host, dsn.port, dsn.user or getpass.getuser(), password, connect_timeout=5.0,
+                        role="source")
+    return lambda: endpoint.connect_blocking(read_only=False, statement_timeout=5.0, read_timeout=5.0,
+                                             lock_wait_timeout=2)
 
 
 @contextmanager
@@ -135,15 +145,7 @@ def heartbeat_command(
             password = os.environ.get("LAGD_HEARTBEAT_PASSWORD")
         quote_table(table)
 
-        # No user in the DSN: the login name, as the mysql client does.
-        user = dsn.user or getpass.getuser()
-        endpoint = Endpoint(dsn.host, dsn.port, user, password or "", connect_timeout=5.0, role="source")
-
-        def connect() -> Any:
-            # Writes, so not READ ONLY; but bounded like every session, so a
-            # hung source costs a beat, not the writer.
-            return endpoint.connect_blocking(read_only=False, statement_timeout=5.0, read_timeout=5.0,
-                                           lock_wait_timeout=2)
+        connect = source_connect(dsn, password or "")
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         writer = HeartbeatWriter(connect, table, interval, server_id, create_table=create_table)

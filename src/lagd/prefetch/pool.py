@@ -170,7 +170,8 @@ class ProbePool:
         self._workers = []
         self.drop_queued()
 
-    async def _setup_session(self) -> Any:
+    async def open_session(self) -> Any:
+        """One probe session, set up as the module doc says (no deadline: the caller's)."""
         conn = await self._connect()
         try:
             async with conn.cursor() as cur:
@@ -185,7 +186,7 @@ class ProbePool:
         attempt = 0
         while True:
             try:
-                conn = await asyncio.wait_for(self._setup_session(), self._connect_deadline)
+                conn = await asyncio.wait_for(self.open_session(), self._connect_deadline)
                 self.counters.connected += 1
                 return conn
             except asyncio.CancelledError:

@@ -126,6 +126,8 @@ def is_database_error(e: BaseException) -> bool:
 def code_of(e: BaseException) -> int | None:
     if isinstance(e, DatabaseError):
         return e.code
+    if isinstance(e, OSError):
+        return None  # its number is an errno, not a server's code
     args = getattr(e, "args", ())
     code = args[0] if args and isinstance(args[0], int) and not isinstance(args[0], bool) else None
     # InterfaceError(0, '') (a closed connection) carries 0: no server code.

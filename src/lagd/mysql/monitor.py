@@ -95,22 +95,33 @@ class ReplicaMonitor:
             assert self.last_fault is not None
             raise self.last_fault
         try:
-            self._conn = await self._bounded(self._connect(), self.connect_timeout + 1.0)
+            self._conn = await self._connect_bounded()
             rows = await self._rows("SELECT VERSION() AS version")
             self.flavor = ServerFlavor.from_version_string(str(rows[0]["version"]))
             for sql in hardening_sql(self.flavor.is_mariadb, self.statement_timeout):
                 await self._rows(sql)
         except BaseException as e:
             self._drop()
-            if is_database_error(e):
-                self._connect_failed(translate(e, self.where))
-            raise
+            if not is_database_error(e):
+                raise
+            fault = translate(e, self.where)
+            self._connect_failed(fault)
+            raise fault from e
         if self._ever_connected:
             self.reconnects += 1
         self._ever_connected = True
         self._retry.succeeded()
         self.failure_log.recovered()
         return self._conn
+
+    async def _connect_bounded(self) -> Any:
+        seconds = self.connect_timeout + 1.0
+        try:
+            return await asyncio.wait_for(self._connect(), seconds)
+        except TimeoutError as e:
+            raise DatabaseError(f"{self.where}: no answer to connect in {seconds:g} s (host down, "
+                                "unreachable, or the server hangs)", kind=Kind.UNREACHABLE,
+                                where=self.where) from e
 
     def _connect_failed(self, fault: DatabaseError) -> None:
         self.last_fault = fault

@@ -1,0 +1,96 @@
+"""A hung replica (SIGSTOP) costs lagd's sessions one timeout each, never the event loop.
+
+The replica is this module's own sandbox: stopping the shared one would stall
+every other test. Each await on a hung server must end with a LOST error
+while another task keeps running; after SIGCONT both sessions work again and
+the monitor says once that it reconnected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from lagd.mysql.endpoint import Endpoint
+from lagd.mysql.errors import DatabaseError, Kind
+from lagd.mysql.monitor import ReplicaMonitor
+from lagd.mysql.session import BlockingSession
+from lagd.sandbox.pair import Sandbox, SandboxConfig
+
+
+@pytest.fixture(scope="module")
+def own_sandbox() -> Iterator[Sandbox]:
+    sb = Sandbox(SandboxConfig(replicas=1, source_buffer_pool_mb=16, replica_buffer_pool_mb=16))
+    sb.start()
+    try:
+        yield sb
+    finally:
+        sb.replica().send_signal(signal.SIGCONT)
+        sb.stop()
+
+
+async def _ticking(aw: object) -> tuple[object, int]:
+    """Await ``aw`` while a ticker task runs; the result (or exception) and the ticks seen."""
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.05)
+            ticks += 1
+
+    t = asyncio.create_task(ticker())
+    try:
+        result: object = await aw  # type: ignore[misc]
+    except DatabaseError as e:
+        result = e
+    finally:
+        t.cancel()
+    return result, ticks
+
+
+def test_hung_replica_gives_lost_errors_and_the_loop_ticks(own_sandbox: Sandbox,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    replica = own_sandbox.replica()
+    d = replica.dsn
+    endpoint = Endpoint(d.host, d.port, d.user, d.password, connect_timeout=1.0)
+
+    async def main() -> None:
+        monitor = ReplicaMonitor.of(endpoint, read_timeout=1.0)
+        session = BlockingSession(endpoint, statement_timeout=1.0, read_timeout=1.0)
+        try:
+            assert (await monitor.poll()).status is not None
+            assert await session.query("SELECT 1 AS one") == [{"one": 1}]
+            replica.send_signal(signal.SIGSTOP)
+            try:
+                sample, ticks = await _ticking(monitor.poll())
+                assert ticks > 0
+                assert sample.status is None and sample.fault is not None  # type: ignore[attr-defined]
+                assert sample.fault.kind is Kind.LOST, sample.error  # type: ignore[attr-defined]
+                assert sample.error.startswith(f"replica {d.host}:{d.port}: ")  # type: ignore[attr-defined]
+
+                error, ticks = await _ticking(session.query("SELECT 1 AS one"))
+                assert ticks > 0
+                assert isinstance(error, DatabaseError) and error.kind is Kind.LOST, error
+            finally:
+                replica.send_signal(signal.SIGCONT)
+            deadline = time.monotonic() + 30
+            while (await monitor.poll()).status is None:
+                assert time.monotonic() < deadline, monitor.latest
+                await asyncio.sleep(0.1)
+            assert await session.query("SELECT 1 AS one") == [{"one": 1}]
+            assert monitor.reconnects == 1
+        finally:
+            await monitor.close()
+            session.close()
+
+    with caplog.at_level(logging.INFO, logger="lagd.mysql.monitor"):
+        asyncio.run(main())
+    lines = [r.getMessage() for r in caplog.records if r.name == "lagd.mysql.monitor"]
+    assert any("no answer in 1 s" in line for line in lines), lines
+    assert sum("reconnected after" in line for line in lines) == 1, lines

@@ -1,0 +1,123 @@
+"""Connection failures without a server: logged once with cause and fix, rate-limited, healed;
+the monitor reports the real error while it backs off; the probe pool keeps sessions that
+only had a statement refused."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import asyncmy.errors
+import pymysql.err
+import pytest
+
+from lagd.mysql.backoff import Retry
+from lagd.mysql.errors import DatabaseError, Kind, translate
+from lagd.mysql.faultlog import FailureLog
+from lagd.mysql.monitor import ReplicaMonitor
+from lagd.prefetch.pool import ProbePool
+
+WHERE = "replica 127.0.0.1:3306"
+DENIED = pymysql.err.OperationalError(1045, "Access denied for user 'lagd'@'localhost' (using password: YES)")
+REFUSED = pymysql.err.OperationalError(2003, "Can't connect to MySQL server on '127.0.0.1' (111)")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_failure_log_once_then_each_minute_then_healed(caplog: pytest.LogCaptureFixture) -> None:
+    clock = Clock()
+    flog = FailureLog(logging.getLogger("t"), WHERE, clock=clock)
+    with caplog.at_level(logging.INFO, logger="t"):
+        steps = [(0, DENIED), (1, DENIED), (30, DENIED), (61, DENIED), (62, DENIED), (63, REFUSED),
+                 (64, REFUSED)]
+        for t, exc in steps:
+            clock.now = 1000.0 + t
+            flog.failed(translate(exc, WHERE))
+        clock.now = 1070.0
+        flog.recovered()
+        flog.recovered()  # healed once, said once
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4, lines
+    assert lines[0].startswith(f"{WHERE}: Access denied") and "(fix: check replica.user" in lines[0]
+    assert "still failing after 61 s, 4 attempts" in lines[1]
+    assert "Can't connect" in lines[2]  # a new cause is news at once
+    assert lines[3] == f"{WHERE}: reconnected after 70.0 s (7 failed attempts)"
+
+
+def failing_connect(exc: BaseException, calls: list[int]) -> Any:
+    async def connect() -> Any:
+        calls.append(1)
+        raise exc
+    return connect
+
+
+def test_monitor_reports_the_real_error_while_backing_off(caplog: pytest.LogCaptureFixture) -> None:
+    clock, calls = Clock(), []
+    monitor = ReplicaMonitor(failing_connect(DENIED, calls), where=WHERE, clock=clock,
+                             retry=Retry(rand=lambda: 0.0))
+
+    async def polls() -> list[Any]:
+        out = []
+        for dt in (0.0, 0.01, 0.01, 5.0):
+            clock.now += dt
+            out.append(await monitor.poll())
+        return out
+
+    with caplog.at_level(logging.WARNING, logger="lagd.mysql.monitor"):
+        samples = asyncio.run(polls())
+    assert calls == [1, 1]  # the two middle polls fell inside the backoff
+    for s in samples:
+        assert s.status is None and s.fault is not None
+        assert s.fault.kind is Kind.AUTH and s.fault.code == 1045
+        assert s.error is not None and "Access denied" in s.error and "waiting" not in s.error
+    assert monitor.failures == 4
+    assert len(caplog.records) == 1  # once, not once per poll
+
+
+def test_monitor_connect_that_never_answers_is_unreachable() -> None:
+    async def hang() -> Any:
+        await asyncio.sleep(60)
+
+    monitor = ReplicaMonitor(hang, where=WHERE, connect_timeout=0.01)
+    sample = asyncio.run(monitor.poll())
+    assert sample.fault is not None and sample.fault.kind is Kind.UNREACHABLE
+    assert "no answer to connect" in (sample.error or "")
+
+
+def pool() -> ProbePool:
+    async def never() -> Any:
+        raise AssertionError("not used")
+    return ProbePool(never, mariadb=True, size=1, timeout_ms=500, on_done=lambda *_: None, where=WHERE)
+
+
+CLASSIFY = [
+    ("statement-timeout", pymysql.err.OperationalError(1969, "max_statement_time exceeded"), "timeout",
+     False),
+    ("mysql-timeout", asyncmy.errors.OperationalError(3024, "maximum statement execution time"), "timeout",
+     False),
+    ("lock-wait", asyncmy.errors.OperationalError(1205, "Lock wait timeout exceeded"), "lock_wait", False),
+    ("dropped-index", asyncmy.errors.OperationalError(1176, "Key 'ka' doesn't exist"), "error", False),
+    ("lost", asyncmy.errors.OperationalError(2013, "Lost connection"), "error", True),
+    ("closed", asyncmy.errors.InterfaceError(0, ""), "error", True),
+    ("hung", TimeoutError(), "error", True),
+    ("unknown", RuntimeError("driver state"), "error", True),
+]
+
+
+@pytest.mark.parametrize(("exc", "status", "broken"), [c[1:] for c in CLASSIFY], ids=[c[0] for c in CLASSIFY])
+def test_probe_failures(exc: BaseException, status: str, broken: bool) -> None:
+    outcome, drop = pool()._classify(exc, 0.1)
+    assert (outcome.status, drop) == (status, broken)
+
+
+def test_a_database_error_passes_through_the_pool_unchanged() -> None:
+    e = DatabaseError(f"{WHERE}: x", kind=Kind.LOST, where=WHERE)
+    outcome, drop = pool()._classify(e, 0.1)
+    assert drop and outcome.error == e.message

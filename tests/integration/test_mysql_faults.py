@@ -3,7 +3,8 @@
 The replica is this module's own sandbox: stopping the shared one would stall
 every other test. Each await on a hung server must end with a LOST error
 while another task keeps running; after SIGCONT both sessions work again and
-the monitor says once that it reconnected.
+the monitor says once that it reconnected. The heartbeat writer comes back on
+its own after the source is killed and started again.
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
+from lagd.heartbeat import HeartbeatWriter
 from lagd.mysql.endpoint import Endpoint
 from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.monitor import ReplicaMonitor
@@ -94,3 +97,35 @@ def test_hung_replica_gives_lost_errors_and_the_loop_ticks(own_sandbox: Sandbox,
     lines = [r.getMessage() for r in caplog.records if r.name == "lagd.mysql.monitor"]
     assert any("no answer in 1 s" in line for line in lines), lines
     assert sum("reconnected after" in line for line in lines) == 1, lines
+
+
+def test_heartbeat_writer_is_back_soon_after_the_source_restarts(own_sandbox: Sandbox,
+                                                                  caplog: pytest.LogCaptureFixture) -> None:
+    source = own_sandbox.source
+    writer = HeartbeatWriter(source.connect, "lagd_faults.heartbeat", interval=0.1, create_table=True)
+    stop = threading.Event()
+    thread = threading.Thread(target=writer.run, args=(stop,), daemon=True)
+    with caplog.at_level(logging.INFO, logger="lagd.heartbeat"):
+        thread.start()
+        try:
+            wait_until(lambda: writer.written >= 3)
+            source.kill()  # kill -9: refused connections until it is back
+            time.sleep(1.0)
+            source.launch()
+            source.wait_ready(60)
+            ready, before = time.monotonic(), writer.written
+            wait_until(lambda: writer.written > before)
+            # Reported, not asserted (no timed assertions): the backoff cap is 1.5 s.
+            print(f"heartbeat writer: first beat {time.monotonic() - ready:.2f} s after the source answered")
+        finally:
+            stop.set()
+            thread.join(10)
+    lines = [r.getMessage() for r in caplog.records if r.name == "lagd.heartbeat"]
+    assert sum("reconnected after" in line for line in lines) == 1, lines
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)

@@ -22,6 +22,7 @@ from lagd.backlog import Backlog
 from lagd.config import load_settings
 from lagd.lag import Backlog as LagBacklog
 from lagd.lag import LagInputs, LagReading, LagTracker, ReplicaState
+from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.replica import fetch_replica_status
 from lagd.relaylog import (
     LogFiles,
@@ -113,8 +114,9 @@ async def test_a_failed_refresh_is_recorded_raised_and_cleared(sandbox: Sandbox)
     await adv.refresh(blocking_on(c), None)
     checked = adv.snapshot()["checked_at"]
     c.close()
-    with pytest.raises(pymysql.err.Error):
+    with pytest.raises(DatabaseError) as info:
         await adv.refresh(blocking_on(c), None)
+    assert info.value.kind is Kind.LOST  # the closed connection, in lagd's words
     snap = adv.snapshot()
     assert snap["error"] and snap["checked_at"] == checked and snap["advice"]  # the last advice stays
     c = pymysql.connect(**sandbox.replica().dsn.as_kwargs(), cursorclass=pymysql.cursors.DictCursor)

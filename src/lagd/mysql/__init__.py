@@ -1,7 +1,10 @@
 """Everything that talks to a MySQL or MariaDB server, and the only place that knows their dialects.
 
-Endpoint and sessions (``endpoint``), server flavor and replica status
-(``replica``), the status monitor (``monitor``), driver errors turned into
-lagd's (``errors``) and reconnect backoff (``backoff``). No module outside
-this package (and the sandbox, which starts servers) imports a MySQL driver.
+Where and as whom lagd connects, and how every session is hardened
+(``endpoint``); blocking sessions run off the event loop (``session``); server
+flavor, replica status and the relay-log index (``replica``); the async status
+monitor (``monitor``); driver errors in lagd's words (``errors``), logged once
+and then rarely (``faultlog``); the one reconnect schedule (``backoff``); column
+character sets (``charsets``, no driver needed). No module outside this
+package (and the sandbox, which starts servers) imports a MySQL driver.
 """

@@ -112,6 +112,7 @@ class ProbePool:
         self.counters = PoolCounters()
         self.busy = 0
         self.last_error: str | None = None
+        self._connect_failing = False
 
     @property
     def queued(self) -> int:
@@ -188,15 +189,18 @@ class ProbePool:
             try:
                 conn = await asyncio.wait_for(self.open_session(), self._connect_deadline)
                 self.counters.connected += 1
+                self._connect_failing = False
                 return conn
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # server down or restarting: keep trying
                 fault = translate(e, self.where)
                 self.last_error = f"connect: {fault}"
-                if attempt == 0:
-                    # The monitor logs the replica's faults with their fixes; one line here is enough.
-                    log.info("probe connection failed: %s; retrying with backoff", fault.message)
+                if not self._connect_failing:
+                    # The monitor logs the replica's faults with their fixes: one
+                    # line for the whole pool here, not one per worker.
+                    self._connect_failing = True
+                    log.info("probe connections failing: %s; retrying with backoff", fault.message)
                 self.counters.reconnects += 1
                 await self._sleep(backoff_delay(attempt))
                 attempt += 1

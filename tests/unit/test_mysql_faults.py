@@ -115,6 +115,13 @@ CLASSIFY = [
 def test_probe_failures(exc: BaseException, status: str, broken: bool) -> None:
     outcome, drop = pool()._classify(exc, 0.1)
     assert (outcome.status, drop) == (status, broken)
+    assert outcome.kind is not None
+
+
+def test_a_dropped_index_is_a_schema_outcome() -> None:
+    # The engine can tell DDL (re-read the table) from a sick server.
+    outcome, _ = pool()._classify(asyncmy.errors.OperationalError(1176, "Key 'ka' doesn't exist"), 0.1)
+    assert outcome.kind is Kind.SCHEMA
 
 
 def test_a_database_error_passes_through_the_pool_unchanged() -> None:

@@ -48,7 +48,7 @@ class ReplicaMonitor:
 
     def __init__(self, connect: Callable[[], Awaitable[Any]], channel: str = "",
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *,
-                 where: str = "replica", read_timeout: float = 5.0, statement_timeout: float = 2.0,
+                 where: str = "replica", read_timeout: float = 3.0, statement_timeout: float = 2.0,
                  connect_timeout: float = 5.0, retry: Retry | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._connect = connect

@@ -71,6 +71,7 @@ class Outcome:
     rows: int  # rows the probe found (pages it warmed)
     seconds: float
     error: str | None = None
+    kind: Kind | None = None  # why it failed, e.g. Kind.SCHEMA: an index or table DDL removed
 
 
 @dataclass(slots=True)
@@ -260,13 +261,13 @@ class ProbePool:
         if fault.kind is Kind.TIMEOUT:
             if fault.code == ER_LOCK_WAIT_TIMEOUT:
                 self.counters.failed += 1
-                return Outcome("lock_wait", 0, seconds, fault.message), False
+                return Outcome("lock_wait", 0, seconds, fault.message, fault.kind), False
             self.counters.timed_out += 1
-            return Outcome("timeout", 0, seconds, fault.message), False
+            return Outcome("timeout", 0, seconds, fault.message, fault.kind), False
         self.counters.failed += 1
         self.last_error = fault.message
         broken = fault.broken or fault.kind is Kind.OTHER
-        return Outcome("error", 0, seconds, self.last_error), broken
+        return Outcome("error", 0, seconds, self.last_error, fault.kind), broken
 
 
 def _close_quietly(conn: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +70,10 @@ def check_readable(index: Path) -> str | None:
 
 def information_schema_connect(endpoint: Endpoint) -> Callable[[], Any]:
     """Connections for :class:`InformationSchemaResolver`: hardened, and short
-    timeouts, because the reader asks while the event loop waits."""
-    return lambda: endpoint.connect_blocking(statement_timeout=2.0, read_timeout=3.0)
+    timeouts, because the reader may ask while the event loop waits (a hung
+    replica then costs one connect or one read per resolver pause)."""
+    quick = replace(endpoint, connect_timeout=min(endpoint.connect_timeout, 2.0))
+    return lambda: quick.connect_blocking(statement_timeout=2.0, read_timeout=3.0)
 
 
 async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factory: Callable[..., Any],

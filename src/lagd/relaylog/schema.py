@@ -93,7 +93,7 @@ class InformationSchemaResolver(TableMapResolver):
     """
 
     def __init__(self, connect: Connect, decode_all: bool = False, *,
-                 retry_after: Callable[[int], float] = lambda n: min(30.0, 0.5 * 2.0 ** n),
+                 retry_after: Callable[[int], float] = lambda n: min(30.0, 2.0 * 2.0 ** n),
                  clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(decode_all)
         self._connect = connect

@@ -6,12 +6,12 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+import status_fixtures as fx
+from status_fixtures import NOW
 
 from lagd.daemon.state import Snapshot
 from lagd.daemon.throttle import BadBudget, budget_from_query, decide, default_budget
 from lagd.lag import Backlog, LagMethod
-import status_fixtures as fx
-from status_fixtures import NOW
 
 
 def _sbm_only() -> Snapshot:

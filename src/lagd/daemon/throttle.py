@@ -128,7 +128,8 @@ def budget_from_query(query: Mapping[str, str], default: float) -> float:
         try:
             value = float(text) * scale
         except ValueError:
-            raise BadBudget(f"{name}={text!r} is not a number of {'seconds' if scale == 1 else 'ms'}") from None
+            unit = "seconds" if scale == 1 else "milliseconds"
+            raise BadBudget(f"{name}={text!r} is not a number of {unit}") from None
         if not (math.isfinite(value) and value > 0):
             raise BadBudget(f"{name}={text!r} must be a positive number")
         return value

@@ -1,0 +1,283 @@
+"""The loader loop: wait for the replicas, send one chunk, commit it with its progress row, adapt.
+
+Collaborators come in as arguments (the source connection, the replica
+check, the clock), so the loop is tested with fakes of them and run for real
+against the sandbox. The file is read once, forwards, one chunk at a time:
+each chunk's records go to one reused temporary file that LOAD DATA LOCAL
+sends to the server (the driver reads a named file), so memory holds at most
+one block of the file.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from lagd.advisor.split import SplitLimits
+from lagd.load.planner import ChunkPlan, ReplicaRate, adapt, initial_chunk, resume_threshold
+from lagd.load.reader import FileFacts, RecordReader, field_count
+from lagd.load.replicas import ReplicaCheck
+from lagd.load.sql import (
+    LoadError,
+    LoadSpec,
+    Table,
+    load_statement,
+    progress_ddl,
+    progress_insert,
+    progress_select,
+    progress_update,
+)
+from lagd.mysql.source import LOCAL_INFILE_FIX
+
+__all__ = ["Loader", "Options", "Progress", "Source", "Tick"]
+
+
+
+class Source(Protocol):
+    where: str
+
+    def query(self, sql: str, args: Sequence[Any] | None = None) -> list[tuple[Any, ...]]: ...
+    def execute(self, sql: str, args: Sequence[Any] | None = None) -> tuple[int, int]: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    budget: float = 5.0  # seconds of replica lag the load may cause
+    headroom: float = 0.5  # share of the budget one chunk may take
+    fixed_rows: int | None = None
+    poll_interval: float = 0.5
+    allow_warnings: bool = False
+    tmpdir: str | None = None
+    progress_table: Table = field(default_factory=lambda: Table("lagd", "load_progress"))
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    offset: int
+    records: int
+    affected: int
+    chunks: int
+    done: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """What the progress line shows, after a chunk or while waiting."""
+
+    offset: int
+    total_bytes: int
+    records: int  # committed, all runs
+    records_this_run: int
+    elapsed: float  # this run
+    chunk_rows: int
+    waiting: str | None  # why the next chunk waits, None while loading
+    last_reason: str  # the chunk size's reason
+
+
+def _max_lag(checks: Sequence[ReplicaCheck]) -> float | None:
+    lags = [c.lag for c in checks if c.lag is not None]
+    return max(lags) if lags else None
+
+
+class Loader:
+    def __init__(
+        self,
+        db: Source,
+        spec: LoadSpec,
+        path: Path,
+        facts: FileFacts,
+        options: Options,
+        ask: Callable[[float], list[ReplicaCheck]] | None,
+        rates: Sequence[ReplicaRate] = (),
+        report: Callable[[Tick], None] = lambda _t: None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+        bytes_per_row: float | None = None,
+    ) -> None:
+        self.db, self.spec, self.path, self.facts, self.o = db, spec, path, facts, options
+        self.ask, self.rates, self.report, self.clock, self.sleep = ask, rates, report, clock, sleep
+        self.bytes_per_row = bytes_per_row
+        self.key = (facts.sha256, str(spec.table))
+        self.lock_name = f"lagd.load:{facts.sha256[:32]}:{spec.table}"[:64]
+
+    # --- before the first chunk --------------------------------------------------
+
+    def check_source(self) -> list[str]:
+        """local_infile on, the table and named columns exist, the first record's fields fit.
+
+        Returns the table's columns. Raises LoadError with the fix.
+        """
+        row = self.db.query("SELECT @@GLOBAL.local_infile")
+        if not row or not int(row[0][0] or 0):
+            raise LoadError(f"{self.db.where}: local_infile is OFF, so LOAD DATA LOCAL is refused",
+                            fix=LOCAL_INFILE_FIX)
+        t = self.spec.table
+        cols = [str(r[0]) for r in self.db.query(
+            "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = %s AND TABLE_NAME = %s "
+            "ORDER BY ORDINAL_POSITION", (t.schema, t.name))]
+        if not cols:
+            raise LoadError(f"{self.db.where}: table {t} does not exist (or the account cannot see it)",
+                            fix="create the table first, or name an existing one with --table schema.table")
+        lower = {c.lower() for c in cols}
+        named = [c.strip().strip("`") for c in self.spec.columns if not c.strip().startswith("@")]
+        missing = [c for c in named if c.lower() not in lower]
+        if missing:
+            raise LoadError(f"{t} has no column {', '.join(missing)}",
+                            fix=f"name columns of {t} in --columns ({', '.join(cols)}), "
+                                "or @var to skip a field")
+        self._check_fields(len(self.spec.columns) or len(cols), cols)
+        return cols
+
+    def _first_record(self) -> bytes | None:
+        class Keep:
+            data = b""
+
+            def write(self, b: bytes) -> int:
+                self.data += b
+                return len(b)
+
+        with self.path.open("rb") as f:
+            r = RecordReader(f, self.spec.dialect, 0, block=1 << 16)
+            r.take(self.spec.dialect.ignore_lines, None)
+            keep = Keep()
+            got, _ = r.take(1, keep)
+        return keep.data[: -len(self.spec.dialect.lines_terminated)] if got else None
+
+    def _check_fields(self, expected: int, cols: list[str]) -> None:
+        rec = self._first_record()
+        if rec is None:
+            return
+        n = field_count(rec, self.spec.dialect)
+        if n != expected:
+            into = (f"the {expected} entries of --columns" if self.spec.columns
+                    else f"the {expected} columns of {self.spec.table} ({', '.join(cols)})")
+            raise LoadError(
+                f"{self.path.name}: the first record has {n} field{'s' if n != 1 else ''}, but it loads into "
+                f"{into}",
+                fix="list the file's fields in order with --columns (@name to drop one), or check "
+                    "--fields-terminated-by / --format")
+
+    def read_progress(self) -> Progress | None:
+        rows = self.db.query(progress_select(self.o.progress_table), self.key)
+        self.db.commit()  # end the read's snapshot: later reads see the later commits
+        if not rows:
+            return None
+        off, rec, aff, chunks, done = rows[0]
+        return Progress(int(off), int(rec), int(aff), int(chunks), bool(done))
+
+    def prepare(self) -> Progress:
+        """The lock, the progress table and this file's row in it; its state to resume from."""
+        got = self.db.query("SELECT GET_LOCK(%s, 0)", (self.lock_name,))
+        if not got or got[0][0] != 1:
+            raise LoadError(f"another lagctl load is loading {self.path.name} into {self.spec.table} now",
+                            fix="wait for it to finish, or stop it; a rerun then resumes where it stopped")
+        for stmt in progress_ddl(self.o.progress_table):
+            self.db.execute(stmt)
+        self.db.execute(progress_insert(self.o.progress_table),
+                        (*self.key, str(self.path)[-500:], self.facts.size))
+        self.db.commit()
+        p = self.read_progress()
+        assert p is not None
+        if p.offset > self.facts.size:
+            raise LoadError(f"the progress row says byte {p.offset}, past the end of the file",
+                            fix="rerun with --restart to load the file from its start")
+        return p
+
+    def plan(self) -> ChunkPlan:
+        return initial_chunk(self.rates, self.o.budget, self.o.headroom, limits=self.limits(),
+                             bytes_per_row=self.bytes_per_row, fixed_rows=self.o.fixed_rows)
+
+    def limits(self) -> SplitLimits:
+        """The source's binlog cache bounds a chunk: a transaction over it fails."""
+        rows = self.db.query("SELECT @@GLOBAL.log_bin, @@GLOBAL.max_binlog_cache_size")
+        if not rows or not int(rows[0][0] or 0) or rows[0][1] is None:
+            return SplitLimits()
+        return SplitLimits(source_max_binlog_cache_size=int(rows[0][1]))
+
+    # --- the loop ----------------------------------------------------------------
+
+    def _wait(self, threshold: float,
+              tick: Callable[[str | None], None]) -> tuple[float | None, float | None]:
+        """Until every replica is within ``threshold``: (lag when released, peak lag seen)."""
+        if self.ask is None:
+            return None, None
+        peak: float | None = None
+        while True:
+            checks = self.ask(threshold)
+            lag = _max_lag(checks)
+            if lag is not None:
+                peak = lag if peak is None else max(peak, lag)
+            held = [c for c in checks if not c.ok]
+            if not held:
+                return lag, peak
+            tick("; ".join(f"{c.url}: {c.reason}" for c in held))
+            self.sleep(self.o.poll_interval)
+
+    def run(self, progress: Progress) -> Progress:
+        spec, o = self.spec, self.o
+        threshold = resume_threshold(o.budget, o.headroom)
+        plan = self.plan()
+        started = self.clock()
+        done_run = 0
+        p = progress
+
+        def tick(waiting: str | None) -> None:
+            self.report(Tick(p.offset, self.facts.size, p.records, done_run, self.clock() - started,
+                             plan.rows, waiting, plan.reason))
+
+        with self.path.open("rb") as f, tempfile.NamedTemporaryFile(
+                prefix="lagctl-load-", suffix=".chunk", dir=o.tmpdir) as tmp:
+            reader = RecordReader(f, spec.dialect, p.offset)
+            if p.offset == 0:
+                reader.take(spec.dialect.ignore_lines, None)
+            statement = load_statement(spec, tmp.name)
+            released_at: float | None = None
+            source_s: float | None = None
+            while True:
+                lag_then, peak = self._wait(threshold, tick)
+                if released_at is not None and o.fixed_rows is None:
+                    added = None if peak is None else max(0.0, peak - (released_at or 0.0))
+                    plan = adapt(plan.rows, added, o.budget, o.headroom, source_seconds=source_s)
+                released_at = lag_then if lag_then is not None else 0.0
+                tmp.seek(0)
+                tmp.truncate()
+                start_offset = reader.offset
+                got, _ = reader.take(plan.rows, tmp)
+                tmp.flush()
+                if not got:
+                    break
+                t0 = self.clock()
+                affected, warnings = self.db.execute(statement)
+                if warnings and not o.allow_warnings:
+                    shown = self.db.query("SHOW WARNINGS LIMIT 3")
+                    self.db.rollback()
+                    text = "; ".join(f"{w[2]} (code {w[1]})" for w in shown) or f"{warnings} warnings"
+                    raise LoadError(f"a chunk from byte {start_offset} gave {warnings} warnings, so it was "
+                                    f"rolled back: {text}",
+                                    fix="fix the file or the --columns/--set options; --allow-warnings "
+                                        "loads such rows as the server adjusts them")
+                done = reader.offset >= self.facts.size
+                moved, _ = self.db.execute(progress_update(o.progress_table),
+                                           (reader.offset, got, affected, int(done), *self.key, start_offset))
+                if moved != 1:
+                    self.db.rollback()
+                    raise LoadError("the progress row moved under this load: another loader ran on this file",
+                                    fix="run one lagctl load per file and table; rerun to resume")
+                self.db.commit()
+                source_s = self.clock() - t0
+                done_run += got
+                p = Progress(reader.offset, p.records + got, p.affected + affected, p.chunks + 1, done)
+                tick(None)
+        if not p.done:
+            # The file ended on a record boundary the last chunk did not know was the last.
+            self.db.execute(f"UPDATE {o.progress_table.quoted} SET done = 1 WHERE file_sha256 = %s "
+                            "AND target = %s", self.key)
+            self.db.commit()
+            p = Progress(p.offset, p.records, p.affected, p.chunks, True)
+        return p

@@ -74,6 +74,7 @@ class Tick:
     total_bytes: int
     records: int  # committed, all runs
     records_this_run: int
+    bytes_this_run: int
     elapsed: float  # this run
     chunk_rows: int
     waiting: str | None  # why the next chunk waits, None while loading
@@ -228,8 +229,8 @@ class Loader:
         p = progress
 
         def tick(waiting: str | None) -> None:
-            self.report(Tick(p.offset, self.facts.size, p.records, done_run, self.clock() - started,
-                             plan.rows, waiting, plan.reason))
+            self.report(Tick(p.offset, self.facts.size, p.records, done_run, p.offset - progress.offset,
+                             self.clock() - started, plan.rows, waiting, plan.reason))
 
         with self.path.open("rb") as f, tempfile.NamedTemporaryFile(
                 prefix="lagctl-load-", suffix=".chunk", dir=o.tmpdir) as tmp:

@@ -227,7 +227,8 @@ def _run(db: SourceWriter, spec: LoadSpec, file: Path, facts: FileFacts, options
 
     bpr = facts.size / facts.lines if facts.lines else None
     line = _Line()
-    loader = Loader(db, spec, file, facts, options, ask if urls else None, rates, line, bytes_per_row=bpr)
+    loader = Loader(db, spec, file, facts, options, ask if urls else None, rates, line, bytes_per_row=bpr,
+                    refresh_rates=lambda: [fetch_rate(u, str(spec.table)) for u in urls])
     columns = loader.check_source()
     if dry_run:
         _print_plan(loader, spec, file, facts, options, urls, rates, columns)

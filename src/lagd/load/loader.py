@@ -35,6 +35,8 @@ from lagd.mysql.source import LOCAL_INFILE_FIX
 
 __all__ = ["Loader", "Options", "Progress", "Source", "Tick"]
 
+RATES_EVERY = 5.0  # seconds between asking the replicas' lagd for their learned apply rates again
+
 
 
 class Source(Protocol):
@@ -100,10 +102,14 @@ class Loader:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         bytes_per_row: float | None = None,
+        refresh_rates: Callable[[], Sequence[ReplicaRate]] | None = None,
     ) -> None:
         self.db, self.spec, self.path, self.facts, self.o = db, spec, path, facts, options
         self.ask, self.rates, self.report, self.clock, self.sleep = ask, rates, report, clock, sleep
         self.bytes_per_row = bytes_per_row
+        self.refresh_rates = refresh_rates
+        self._limits: SplitLimits | None = None
+        self._rates_at = 0.0
         self.key = (facts.sha256, str(spec.table))
         self.lock_name = f"lagd.load:{facts.sha256[:32]}:{spec.table}"[:64]
 
@@ -196,10 +202,22 @@ class Loader:
 
     def limits(self) -> SplitLimits:
         """The source's binlog cache bounds a chunk: a transaction over it fails."""
-        rows = self.db.query("SELECT @@GLOBAL.log_bin, @@GLOBAL.max_binlog_cache_size")
-        if not rows or not int(rows[0][0] or 0) or rows[0][1] is None:
-            return SplitLimits()
-        return SplitLimits(source_max_binlog_cache_size=int(rows[0][1]))
+        if self._limits is None:
+            rows = self.db.query("SELECT @@GLOBAL.log_bin, @@GLOBAL.max_binlog_cache_size")
+            self._limits = (SplitLimits(source_max_binlog_cache_size=int(rows[0][1]))
+                            if rows and int(rows[0][0] or 0) and rows[0][1] is not None else SplitLimits())
+        return self._limits
+
+    def _next(self, plan: ChunkPlan, added: float | None, source_s: float | None) -> ChunkPlan:
+        """The lag each chunk caused decides the next; the model over the replicas'
+        latest learned rates caps it, so growth stops at what they apply in headroom x budget."""
+        lagged = adapt(plan.rows, added, self.o.budget, self.o.headroom, source_seconds=source_s)
+        if self.refresh_rates is not None and self.clock() - self._rates_at >= RATES_EVERY:
+            self.rates, self._rates_at = list(self.refresh_rates()), self.clock()
+        if not any(r.rows_per_second for r in self.rates):
+            return lagged
+        model = self.plan()
+        return model if model.rows < lagged.rows else lagged
 
     # --- the loop ----------------------------------------------------------------
 
@@ -222,6 +240,7 @@ class Loader:
 
     def run(self, progress: Progress) -> Progress:
         spec, o = self.spec, self.o
+        self._rates_at = self.clock()
         threshold = resume_threshold(o.budget, o.headroom)
         plan = self.plan()
         started = self.clock()
@@ -243,8 +262,8 @@ class Loader:
             while True:
                 lag_then, peak = self._wait(threshold, tick)
                 if released_at is not None and o.fixed_rows is None:
-                    added = None if peak is None else max(0.0, peak - (released_at or 0.0))
-                    plan = adapt(plan.rows, added, o.budget, o.headroom, source_seconds=source_s)
+                    added = None if peak is None else max(0.0, peak - released_at)
+                    plan = self._next(plan, added, source_s)
                 released_at = lag_then if lag_then is not None else 0.0
                 tmp.seek(0)
                 tmp.truncate()

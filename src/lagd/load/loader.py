@@ -284,7 +284,7 @@ class Loader:
                                         "loads such rows as the server adjusts them")
                 done = reader.offset >= self.facts.size
                 moved, _ = self.db.execute(progress_update(o.progress_table),
-                                           (reader.offset, got, affected, int(done), *self.key, start_offset))
+                                           (reader.offset, got, affected, int(done), *self.key, p.offset))
                 if moved != 1:
                     self.db.rollback()
                     raise LoadError("the progress row moved under this load: another loader ran on this file",

@@ -15,7 +15,7 @@ TSV = Dialect()
 
 def _chunks(data: bytes, d: Dialect, n: int, block: int, offset: int = 0) -> list[tuple[bytes, int]]:
     r = RecordReader(io.BytesIO(data), d, offset, block=block)
-    out = []
+    out: list[tuple[bytes, int]] = []
     while True:
         sink = io.BytesIO()
         got, _ = r.take(n, sink)

@@ -34,6 +34,8 @@ def test_initial_chunk_capped_by_binlog_cache() -> None:
     (10_000, 100.0, None, 2_500),  # far over: at most /4
     (10_000, 0.0, None, 20_000),  # applied between two looks: grow
     (10_000, None, 5.0, 5_000),  # no lagd: the source's time stands in
+    (10_000, 1.0, 5.0, 5_000),  # the source's time is a floor under the lag seen
+    (10_000, 5.0, 1.0, 5_000),
     (150, 100.0, None, MIN_ROWS),
 ])
 def test_adapt(rows: int, lag: float | None, source_s: float | None, new: int) -> None:

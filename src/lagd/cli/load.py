@@ -259,7 +259,8 @@ def _run(db: SourceWriter, spec: LoadSpec, file: Path, facts: FileFacts, options
     line.end()
     took = time.monotonic() - t0
     click.echo(f"loaded {file.name} into {spec.table}: {end.records:,} records ({end.affected:,} rows "
-               f"affected) in {end.chunks} chunks; this run {_secs(took)}", err=True)
+               f"affected) in {end.chunks} chunks; this run {_secs(took)}, largest chunk "
+               f"{loader.largest:,} rows", err=True)
 
 
 def _safe_progress(loader: Loader) -> Progress | None:

@@ -18,6 +18,7 @@ gh-ost; the JSON body says which case it is.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -55,13 +56,20 @@ class ThrottleVerdict:
     method: str | None
     max_lag: float
     state: str | None
+    # What a pacing client needs beyond the verdict: when the reading was
+    # taken, and the work received but not applied yet (lag cannot show it
+    # until the SQL thread reaches it), in seconds at the learned apply rate.
+    at: float | None = None
+    backlog_bytes: int | None = None
+    backlog_seconds: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         # freno's check shape (StatusCode, Value, Threshold, Message), plus lagd's own fields.
         return {
             "StatusCode": self.status, "Value": self.lag, "Threshold": self.max_lag, "Message": self.reason,
             "ok": self.ok, "throttled": not self.ok, "reason": self.reason, "lag": self.lag,
-            "method": self.method, "max_lag": self.max_lag, "state": self.state,
+            "method": self.method, "max_lag": self.max_lag, "state": self.state, "at": self.at,
+            "backlog_bytes": self.backlog_bytes, "backlog_seconds": self.backlog_seconds,
         }
 
 
@@ -78,7 +86,26 @@ def default_budget(s: Snapshot) -> float:
     return float(value) if isinstance(value, int | float) and value > 0 else FALLBACK_BUDGET
 
 
+def _backlog(s: Snapshot) -> tuple[int | None, float | None]:
+    b = s.lag.backlog if s.lag is not None else None
+    if b is None:
+        return None, None
+    rate = s.advisor.get("apply_rate") if isinstance(s.advisor, Mapping) else None
+    bps = rate.get("bytes_per_second") if isinstance(rate, Mapping) else None
+    if isinstance(bps, int | float) and math.isfinite(bps) and bps > 0:
+        return b.bytes, b.bytes / float(bps)
+    return b.bytes, None
+
+
 def decide(s: Snapshot, max_lag: float, now: float) -> ThrottleVerdict:
+    """The verdict with the reading's time and backlog attached; see :func:`judge`."""
+    v = judge(s, max_lag, now)
+    nbytes, secs = _backlog(s)
+    at = s.lag.at if s.lag is not None else None
+    return dataclasses.replace(v, at=at, backlog_bytes=nbytes, backlog_seconds=secs)
+
+
+def judge(s: Snapshot, max_lag: float, now: float) -> ThrottleVerdict:
     """Pure: the verdict for snapshot ``s`` against ``max_lag`` seconds at wall clock ``now``.
 
     First match wins: a stalled loop, no reading, a stale reading, a state in

@@ -35,6 +35,7 @@ from lagd.mysql.source import LOCAL_INFILE_FIX
 
 __all__ = ["Loader", "Options", "Progress", "Source", "Tick"]
 
+FRESH_WAIT = 3.0  # seconds to wait for a lagd reading newer than the last commit, at most
 RATES_EVERY = 5.0  # seconds between asking the replicas' lagd for their learned apply rates again
 
 
@@ -101,6 +102,7 @@ class Loader:
         report: Callable[[Tick], None] = lambda _t: None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        wall: Callable[[], float] = time.time,
         bytes_per_row: float | None = None,
         refresh_rates: Callable[[], Sequence[ReplicaRate]] | None = None,
     ) -> None:
@@ -108,6 +110,8 @@ class Loader:
         self.ask, self.rates, self.report, self.clock, self.sleep = ask, rates, report, clock, sleep
         self.bytes_per_row = bytes_per_row
         self.refresh_rates = refresh_rates
+        self.wall = wall
+        self.largest = 0  # rows in the largest chunk committed: the crash-recovery exposure
         self._limits: SplitLimits | None = None
         self._rates_at = 0.0
         self.key = (facts.sha256, str(spec.table))
@@ -221,21 +225,41 @@ class Loader:
 
     # --- the loop ----------------------------------------------------------------
 
-    def _wait(self, threshold: float,
+    def _held(self, c: ReplicaCheck, threshold: float, since: float | None, waited: float) -> str | None:
+        """Why replica ``c`` holds the next chunk back, None when it does not."""
+        if not c.ok:
+            return c.reason
+        if since is not None and c.at is not None and c.at < since and waited < FRESH_WAIT:
+            # Its lagd has not looked since the last commit: that chunk is invisible to it yet.
+            return "waiting for a reading taken after the last commit"
+        if c.lag is not None and c.backlog_seconds and c.lag + c.backlog_seconds > threshold:
+            return (f"lag {c.lag:.1f} s + {c.backlog_seconds:.1f} s of received transactions still to apply "
+                    f"is over {threshold:g} s")
+        return None
+
+    def _wait(self, threshold: float, since: float | None,
               tick: Callable[[str | None], None]) -> tuple[float | None, float | None]:
-        """Until every replica is within ``threshold``: (lag when released, peak lag seen)."""
+        """Until every replica is within ``threshold``: (lag when released, peak lag seen).
+
+        Lag counts what is received but not applied (at the learned apply
+        rate), so a chunk the SQL thread has not reached yet is not mistaken
+        for no lag.
+        """
         if self.ask is None:
             return None, None
         peak: float | None = None
+        start = self.clock()
         while True:
             checks = self.ask(threshold)
-            lag = _max_lag(checks)
+            ahead = [c.lag + (c.backlog_seconds or 0.0) for c in checks if c.lag is not None]
+            lag = max(ahead) if ahead else None
             if lag is not None:
                 peak = lag if peak is None else max(peak, lag)
-            held = [c for c in checks if not c.ok]
+            waited = self.clock() - start
+            held = [(c, why) for c in checks if (why := self._held(c, threshold, since, waited)) is not None]
             if not held:
                 return lag, peak
-            tick("; ".join(f"{c.url}: {c.reason}" for c in held))
+            tick("; ".join(f"{c.url}: {why}" for c, why in held))
             self.sleep(self.o.poll_interval)
 
     def run(self, progress: Progress) -> Progress:
@@ -259,8 +283,9 @@ class Loader:
             statement = load_statement(spec, tmp.name)
             released_at: float | None = None
             source_s: float | None = None
+            committed_at: float | None = None
             while True:
-                lag_then, peak = self._wait(threshold, tick)
+                lag_then, peak = self._wait(threshold, committed_at, tick)
                 if released_at is not None and o.fixed_rows is None:
                     added = None if peak is None else max(0.0, peak - released_at)
                     plan = self._next(plan, added, source_s)
@@ -290,8 +315,10 @@ class Loader:
                     raise LoadError("the progress row moved under this load: another loader ran on this file",
                                     fix="run one lagctl load per file and table; rerun to resume")
                 self.db.commit()
+                committed_at = self.wall()
                 source_s = self.clock() - t0
                 done_run += got
+                self.largest = max(self.largest, got)
                 p = Progress(reader.offset, p.records + got, p.affected + affected, p.chunks + 1, done)
                 tick(None)
         if not p.done:

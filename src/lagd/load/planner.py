@@ -118,14 +118,15 @@ def adapt(
 ) -> ChunkPlan:
     """The next chunk from the last one's ``rows`` and the lag it was seen to add.
 
-    With no lag reading at all (no lagd to ask), the chunk's source run time
-    stands in: a single applier is rarely much faster than the source that
-    ran the same rows. A reading of 0 means the replica applied it between
-    two looks: grow.
+    The chunk's source run time is a floor under what it costs the replica:
+    a single applier is rarely much faster than the source that ran the same
+    rows, and the lag a chunk adds shows up late (binlog transfer, lagd's
+    poll), so a chunk that merely looked cheap is not grown past what the
+    source took a^L to write. Nothing measured at all: grow.
     """
     target = headroom * budget
     seen, what = observed_lag, "added lag"
-    if seen is None and source_seconds is not None and source_seconds > 0:
+    if source_seconds is not None and source_seconds > 0 and (seen is None or source_seconds > seen):
         seen, what = source_seconds, "source time"
     if seen is None or seen <= 0:
         new = _clamp(rows * GROW_AT_MOST, MIN_ROWS, hi)

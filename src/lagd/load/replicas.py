@@ -24,6 +24,8 @@ class ReplicaCheck:
     ok: bool
     reason: str
     lag: float | None
+    at: float | None = None  # wall clock of lagd's reading
+    backlog_seconds: float | None = None  # received, not applied, at the learned apply rate
 
 
 def _get(url: str, timeout: float) -> tuple[int, bytes]:
@@ -57,7 +59,8 @@ def check(url: str, max_lag: float, timeout: float = 3.0) -> ReplicaCheck:
         return ReplicaCheck(url, False, f"lagd at {base} answered HTTP {code} without a verdict "
                             "(is it a lagd with the throttle endpoint?)", None)
     ok = bool(data["ok"]) and code == 200
-    return ReplicaCheck(url, ok, str(data.get("reason") or f"HTTP {code}"), _number(data.get("lag")))
+    return ReplicaCheck(url, ok, str(data.get("reason") or f"HTTP {code}"), _number(data.get("lag")),
+                        _number(data.get("at")), _number(data.get("backlog_seconds")))
 
 
 def fetch_rate(url: str, table: str, timeout: float = 3.0) -> ReplicaRate:

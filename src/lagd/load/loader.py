@@ -225,19 +225,29 @@ class Loader:
 
     # --- the loop ----------------------------------------------------------------
 
-    def _held(self, c: ReplicaCheck, threshold: float, since: float | None, waited: float) -> str | None:
-        """Why replica ``c`` holds the next chunk back, None when it does not."""
+    def _apply_estimate(self, plan: ChunkPlan, source_s: float | None) -> float:
+        """The last chunk's apply on the slowest replica: the model's, floored by its source time."""
+        return max(plan.apply_seconds or 0.0, source_s or 0.0)
+
+    def _held(self, c: ReplicaCheck, threshold: float, since: float | None, unseen: float,
+              waited: float) -> str | None:
+        """Why replica ``c`` holds the next chunk back, None when it does not.
+
+        ``unseen``: the last chunk's apply time as estimated here (at least
+        its source time), for a lagd that has not looked since it committed.
+        """
         if not c.ok:
             return c.reason
-        if since is not None and c.at is not None and c.at < since and waited < FRESH_WAIT:
-            # Its lagd has not looked since the last commit: that chunk is invisible to it yet.
+        stale = since is not None and c.at is not None and c.at < since
+        if stale and (c.lag or 0.0) + unseen > threshold and waited < FRESH_WAIT:
+            # That chunk is invisible to its lagd yet, and it may be enough to matter.
             return "waiting for a reading taken after the last commit"
         if c.lag is not None and c.backlog_seconds and c.lag + c.backlog_seconds > threshold:
             return (f"lag {c.lag:.1f} s + {c.backlog_seconds:.1f} s of received transactions still to apply "
                     f"is over {threshold:g} s")
         return None
 
-    def _wait(self, threshold: float, since: float | None,
+    def _wait(self, threshold: float, since: float | None, unseen: float,
               tick: Callable[[str | None], None]) -> tuple[float | None, float | None]:
         """Until every replica is within ``threshold``: (lag when released, peak lag seen).
 
@@ -256,7 +266,8 @@ class Loader:
             if lag is not None:
                 peak = lag if peak is None else max(peak, lag)
             waited = self.clock() - start
-            held = [(c, why) for c in checks if (why := self._held(c, threshold, since, waited)) is not None]
+            whys = [(c, self._held(c, threshold, since, unseen, waited)) for c in checks]
+            held = [(c, why) for c, why in whys if why is not None]
             if not held:
                 return lag, peak
             tick("; ".join(f"{c.url}: {why}" for c, why in held))
@@ -285,7 +296,8 @@ class Loader:
             source_s: float | None = None
             committed_at: float | None = None
             while True:
-                lag_then, peak = self._wait(threshold, committed_at, tick)
+                lag_then, peak = self._wait(threshold, committed_at, self._apply_estimate(plan, source_s),
+                                            tick)
                 if released_at is not None and o.fixed_rows is None:
                     added = None if peak is None else max(0.0, peak - released_at)
                     plan = self._next(plan, added, source_s)

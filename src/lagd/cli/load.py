@@ -25,7 +25,7 @@ import click
 
 from lagd.errors import LagdError
 from lagd.heartbeat.cli import parse_dsn
-from lagd.load.loader import Loader, Options, Progress, Tick
+from lagd.load.loader import Loader, Options, Tick
 from lagd.load.planner import ReplicaRate, resume_threshold
 from lagd.load.reader import Dialect, FileFacts, RecordTooLong, scan
 from lagd.load.replicas import ReplicaCheck, check, fetch_rate
@@ -252,8 +252,9 @@ def _run(db: SourceWriter, spec: LoadSpec, file: Path, facts: FileFacts, options
     except KeyboardInterrupt:
         line.end()
         # The open chunk dies with the connection; its progress row was not committed.
-        after = _safe_progress(loader)
-        where = f" ({after.records:,} records committed)" if after else ""
+        # (No query here: the connection may be in the middle of a LOAD DATA exchange.)
+        after = loader.committed or p
+        where = f" ({after.records:,} records committed)"
         click.echo(f"lagctl load: interrupted{where}; rerun the same command to resume", err=True)
         raise click.exceptions.Exit(130) from None
     line.end()
@@ -261,13 +262,6 @@ def _run(db: SourceWriter, spec: LoadSpec, file: Path, facts: FileFacts, options
     click.echo(f"loaded {file.name} into {spec.table}: {end.records:,} records ({end.affected:,} rows "
                f"affected) in {end.chunks} chunks; this run {_secs(took)}, largest chunk "
                f"{loader.largest:,} rows", err=True)
-
-
-def _safe_progress(loader: Loader) -> Progress | None:
-    try:
-        return loader.read_progress()
-    except (LagdError, KeyboardInterrupt):
-        return None
 
 
 def _print_plan(loader: Loader, spec: LoadSpec, file: Path, facts: FileFacts, options: Options,

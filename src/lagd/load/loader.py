@@ -112,6 +112,7 @@ class Loader:
         self.refresh_rates = refresh_rates
         self.wall = wall
         self.largest = 0  # rows in the largest chunk committed: the crash-recovery exposure
+        self.committed: Progress | None = None  # as of the last commit of this run
         self._limits: SplitLimits | None = None
         self._rates_at = 0.0
         self.key = (facts.sha256, str(spec.table))
@@ -332,6 +333,7 @@ class Loader:
                 done_run += got
                 self.largest = max(self.largest, got)
                 p = Progress(reader.offset, p.records + got, p.affected + affected, p.chunks + 1, done)
+                self.committed = p
                 tick(None)
         if not p.done:
             # The file ended on a record boundary the last chunk did not know was the last.

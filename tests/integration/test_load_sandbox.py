@@ -132,6 +132,33 @@ def test_kill_9_then_rerun_loads_each_row_once(sandbox: Sandbox, loader_account:
     assert _table_sum(sandbox.replica(), table) == _file_sum(data)
 
 
+def test_ctrl_c_then_rerun(sandbox: Sandbox, loader_account: str, table: str, tmp_path: Path) -> None:
+    data = _write(tmp_path / "rows.tsv", 300_000)
+    progress = f"{table.split('.', maxsplit=1)[0]}.progress"
+    args = (str(data), "--table", table, "--source", loader_account, "--no-throttle", "--chunk-rows", "2000",
+            "--progress-table", progress)
+    proc = _lagctl(*args)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            rows = sandbox.source.query(f"SELECT chunks FROM {progress}")
+        except Exception:
+            rows = []
+        if rows and int(rows[0]["chunks"]) >= 5:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "rerun the same command to resume" in err and "Traceback" not in err
+    time.sleep(0.5)
+    committed = int(sandbox.source.query(f"SELECT records FROM {progress}")[0]["records"])
+    assert _table_sum(sandbox.source, table)[0] == committed
+    done = _run(*args)
+    assert done.returncode == 0, done.stderr
+    assert _table_sum(sandbox.source, table) == _file_sum(data)
+
+
 def test_header_csv_columns_and_set(sandbox: Sandbox, loader_account: str, table: str,
                                     tmp_path: Path) -> None:
     data = tmp_path / "rows.csv"

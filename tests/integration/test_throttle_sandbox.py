@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +61,9 @@ def test_throttle_follows_the_replica(sandbox: Sandbox, heartbeat: HeartbeatWrit
         assert body["ok"] is True and body["method"] in ("heartbeat", "event_time")
         assert d.get("/throttle?max_lag=5")[0] == 200
         assert d.get("/throttle?max_lag=abc")[0] == 400
+        head = urllib.request.Request(f"{d.url}/throttle?max_lag=5", method="HEAD")
+        with urllib.request.urlopen(head, timeout=5) as r:  # gh-ost asks with HEAD
+            assert r.status == 200 and "within" in r.headers["X-Lagd-Throttle-Reason"]
 
         sb.stop_sql_thread()
         try:

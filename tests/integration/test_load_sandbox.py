@@ -201,6 +201,15 @@ def test_errors(sandbox: Sandbox, loader_account: str, table: str, tmp_path: Pat
         sandbox.source.query("SET GLOBAL local_infile = 1")
     assert _table_sum(sandbox.source, table)[0] == 0
 
+    # Duplicate keys: LOCAL makes them warnings; the chunk is rolled back unless --ignore/--replace.
+    assert _run(str(data), "--table", table, *base).returncode == 0
+    more = tmp_path / "more.tsv"
+    more.write_text("11\tnew\t1\n1\tdup\t1\n12\tnew\t2\n")
+    _one_line_error(_run(str(more), "--table", table, *base), "Duplicate entry", "--allow-warnings")
+    assert _table_sum(sandbox.source, table)[0] == 10
+    assert _run(str(more), "--table", table, *base, "--ignore").returncode == 0
+    assert _table_sum(sandbox.source, table)[0] == 12
+
 
 def test_dry_run_prints_the_plan(sandbox: Sandbox, loader_account: str, table: str, tmp_path: Path) -> None:
     data = _write(tmp_path / "rows.tsv", 1000)

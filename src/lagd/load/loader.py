@@ -318,8 +318,9 @@ class Loader:
                     text = "; ".join(f"{w[2]} (code {w[1]})" for w in shown) or f"{warnings} warnings"
                     raise LoadError(f"a chunk from byte {start_offset} gave {warnings} warnings, so it was "
                                     f"rolled back: {text}",
-                                    fix="fix the file or the --columns/--set options; --allow-warnings "
-                                        "loads such rows as the server adjusts them")
+                                    fix="fix the file or the --columns/--set options; --ignore or --replace "
+                                        "for duplicate keys; --allow-warnings loads rows as the server "
+                                        "adjusts them")
                 done = reader.offset >= self.facts.size
                 moved, _ = self.db.execute(progress_update(o.progress_table),
                                            (reader.offset, got, affected, int(done), *self.key, p.offset))

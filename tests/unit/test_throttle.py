@@ -84,3 +84,14 @@ def test_budget_from_query() -> None:
 def test_default_budget_is_the_advisors() -> None:
     assert default_budget(fx.caught_up()) == fx.caught_up().settings["advisor"]["lag_budget_seconds"]
     assert default_budget(dataclasses.replace(fx.caught_up(), settings={})) == 5.0
+
+
+def test_backlog_in_seconds_at_the_learned_rate() -> None:
+    snap = fx.lagging()
+    v = decide(snap, 5.0, NOW + 1)
+    assert v.backlog_bytes == 310 * 2**20 and v.backlog_seconds is None  # no rate learned
+    assert v.at == snap.lag.at if snap.lag else False
+    advisor = dict(snap.advisor or {}, apply_rate={"bytes_per_second": 2**20, "rows_per_second": 1000.0})
+    v = decide(dataclasses.replace(snap, advisor=advisor), 5.0, NOW + 1)
+    assert v.backlog_seconds == 310.0 and v.to_json()["backlog_seconds"] == 310.0
+    assert decide(fx.starting(), 5.0, NOW + 1).backlog_bytes is None

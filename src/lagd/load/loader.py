@@ -296,7 +296,7 @@ class Loader:
             released_at: float | None = None
             source_s: float | None = None
             committed_at: float | None = None
-            while True:
+            while not reader.at_end():
                 lag_then, peak = self._wait(threshold, committed_at, self._apply_estimate(plan, source_s),
                                             tick)
                 if released_at is not None and o.fixed_rows is None:

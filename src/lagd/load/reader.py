@@ -152,6 +152,10 @@ class RecordReader:
                 return True
         return False
 
+    def at_end(self) -> bool:
+        """No record left (reads ahead one block when the current one is used up)."""
+        return self._i >= len(self._records) and not self._refill()
+
     def _merge(self, pieces: list[bytes]) -> list[bytes]:
         out: list[bytes] = []
         acc: bytes | None = None

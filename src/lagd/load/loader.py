@@ -185,7 +185,8 @@ class Loader:
 
     def prepare(self) -> Progress:
         """The lock, the progress table and this file's row in it; its state to resume from."""
-        got = self.db.query("SELECT GET_LOCK(%s, 0)", (self.lock_name,))
+        # A few seconds: a loader killed a moment ago holds it until the server notices.
+        got = self.db.query("SELECT GET_LOCK(%s, 5)", (self.lock_name,))
         if not got or got[0][0] != 1:
             raise LoadError(f"another lagctl load is loading {self.path.name} into {self.spec.table} now",
                             fix="wait for it to finish, or stop it; a rerun then resumes where it stopped")

@@ -30,8 +30,9 @@ def test_parse_table_refuses(text: str) -> None:
      "LINES TERMINATED BY 0x0a"),
     (LoadSpec(Table("s", "t"), Dialect(b",", b'"', True, b"", b"\r\n", ignore_lines=1), ("id", "@x"),
               "n = @x * 2", "REPLACE", "utf8mb4"),
-     "LOAD DATA LOCAL INFILE '/var/chunks/c' REPLACE INTO TABLE `s`.`t` CHARACTER SET utf8mb4 FIELDS TERMINATED BY "
-     "0x2c OPTIONALLY ENCLOSED BY 0x22 ESCAPED BY '' LINES TERMINATED BY 0x0d0a (`id`, @x) SET n = @x * 2"),
+     "LOAD DATA LOCAL INFILE '/var/chunks/c' REPLACE INTO TABLE `s`.`t` CHARACTER SET utf8mb4 "
+     "FIELDS TERMINATED BY 0x2c OPTIONALLY ENCLOSED BY 0x22 ESCAPED BY '' "
+     "LINES TERMINATED BY 0x0d0a (`id`, @x) SET n = @x * 2"),
 ])
 def test_load_statement(spec: LoadSpec, sql: str) -> None:
     assert load_statement(spec, "/var/chunks/c") == sql

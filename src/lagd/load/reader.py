@@ -9,9 +9,12 @@ and stays even). Blocks of the file are split on the terminator in C
 (``bytes.split``); only records whose block holds an escape or enclosure
 character are checked in Python, and only when the dialect has one.
 
-Known limit: an enclosure character in the middle of an unenclosed field
-(``ab"c`` with ``ENCLOSED BY '"'``) is data to LOAD DATA but is counted
-here; such a file needs its enclosure character escaped.
+Known limit: the server takes an enclosure character as data when it is not
+at the start of a field and not followed by a terminator (``ab"c``, or
+``"a"b"`` inside an enclosed field); here every one counts. Usually that only
+keeps two records in one chunk, but an enclosed field holding such a
+character and a line terminator can be cut in two: a file like that needs
+its enclosure characters escaped or doubled.
 
 The reader never holds more than one block plus one chunk's slice of it.
 """

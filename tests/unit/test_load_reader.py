@@ -35,6 +35,12 @@ CASES: list[tuple[str, bytes, Dialect, list[bytes]]] = [
     ("doubled quote", b'1,"a""\nb"\n2,x\n', CSV, [b'1,"a""\nb"', b"2,x"]),
     ("escaped quote", b'1,"a\\"\nb"\n2,x\n', CSV, [b'1,"a\\"\nb"', b"2,x"]),
     ("crlf", b"1,a\r\n2,b\r\n", Dialect(b",", lines_terminated=b"\r\n"), [b"1,a", b"2,b"]),
+    # An enclosure character is data unless it starts a field, or closes one before a terminator.
+    ("quote inside an unenclosed field", b'1,ab"c\n2,x\n', CSV, [b'1,ab"c', b"2,x"]),
+    ("lone quote inside an enclosed field", b'1,"a"b\nc",2\n3,x\n', CSV, [b'1,"a"b\nc",2', b"3,x"]),
+    ("empty enclosed fields", b'"","",x\n"",\n', CSV, [b'"","",x', b'"",']),
+    ("multi-byte field terminator", b'1||"a||\nb"||c\n2||d\n', Dialect(b"||", b'"'),
+     [b'1||"a||\nb"||c', b"2||d"]),
 ]
 
 
@@ -86,7 +92,8 @@ def test_unclosed_enclosure_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.parametrize(("record", "d", "n"), [
     (b"1\ta\tb", TSV, 3), (b"1", TSV, 1), (b"", TSV, 1), (b'1,"a,b",c', CSV, 3),
-    (b"1,a\\,b,c", CSV, 3), (b'1,"a"",b"', CSV, 2),
+    (b"1,a\\,b,c", CSV, 3), (b'1,"a"",b"', CSV, 2), (b'1,ab"c,d', CSV, 3), (b'"a"b,c",d', CSV, 2),
+    (b'1,"never closed,x', CSV, 2),
 ])
 def test_field_count(record: bytes, d: Dialect, n: int) -> None:
     assert field_count(record, d) == n

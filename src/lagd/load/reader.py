@@ -3,18 +3,14 @@
 A chunk must end where LOAD DATA would end a row, or a row is split in two
 (or two glued together). A line terminator does not end a record when it is
 escaped (preceded by an odd run of the escape character) or inside an
-enclosed field (an odd number of enclosure characters before it, once
-escaped characters are removed; a doubled enclosure character counts two
-and stays even). Blocks of the file are split on the terminator in C
+enclosed field that has not been closed yet. Blocks of the file are split on the terminator in C
 (``bytes.split``); only records whose block holds an escape or enclosure
 character are checked in Python, and only when the dialect has one.
 
-Known limit: the server takes an enclosure character as data when it is not
-at the start of a field and not followed by a terminator (``ab"c``, or
-``"a"b"`` inside an enclosed field); here every one counts. Usually that only
-keeps two records in one chunk, but an enclosed field holding such a
-character and a line terminator can be cut in two: a file like that needs
-its enclosure characters escaped or doubled.
+With an enclosure character, each such record is matched against a regular
+expression of LOAD DATA's field rules (:func:`_field_re`): a field is
+enclosed only when it starts with the enclosure character, and only an
+enclosure character followed by a terminator closes it.
 
 The reader never holds more than one block plus one chunk's slice of it.
 """
@@ -94,20 +90,46 @@ def scan(path: Path, terminator: bytes, on_block: Callable[[int], None] | None =
     return FileFacts(size, h.hexdigest(), lines)
 
 
+def _field_re(d: Dialect) -> bytes:
+    """One field as LOAD DATA reads it, as a regular expression (possessive: no backtracking).
+
+    A field that starts with the enclosure character is enclosed: it ends at
+    an enclosure character followed by a field terminator or the end of the
+    record; any other enclosure character in it is data (doubled or not). An
+    escape character takes the byte after it, terminators included.
+    """
+    ft = re.escape(d.fields_terminated)
+    esc = re.escape(d.escaped) + b"." if d.escaped else None
+    not_esc = b"(?!" + re.escape(d.escaped) + b")" if d.escaped else b""
+    plain = (esc + b"|" if esc else b"") + b"(?!" + ft + b")" + not_esc + b"."
+    if not d.enclosed:
+        return b"(?:" + plain + b")*+"
+    q = re.escape(d.enclosed)
+    # A doubled enclosure character is one literal one (checked first, as the server does).
+    inner = ((esc + b"|" if esc else b"") + q + q + b"|" + q + b"(?!" + ft + rb"|\Z)|(?!" + q + b")"
+             + not_esc + b".")
+    enclosed = q + b"(?:" + inner + b")*+" + q + b"(?=" + ft + rb"|\Z)"
+    return b"(?:" + enclosed + b"|(?!" + q + b")(?:" + plain + b")*+)"
+
+
 class _Check:
-    """Whether a piece ending before a terminator is a whole record."""
+    """Whether a piece ending before a line terminator is a whole record."""
 
     def __init__(self, d: Dialect) -> None:
         self.esc = d.escaped
         self.enc = d.enclosed
         self.pairs = re.compile(re.escape(d.escaped) + b".", re.DOTALL) if d.escaped else None
+        field = _field_re(d)
+        ft = re.escape(d.fields_terminated)
+        self.record = re.compile(field + b"(?:" + ft + field + b")*+", re.DOTALL) if d.enclosed else None
 
     def whole(self, rec: bytes) -> bool:
+        if self.record is not None:
+            return self.record.fullmatch(rec) is not None
         if self.pairs is not None and self.esc in rec:
-            rec = self.pairs.sub(b"", rec)
-            if rec.endswith(self.esc):
-                return False  # the terminator after it is escaped
-        return not self.enc or rec.count(self.enc) % 2 == 0
+            # The terminator after a lone trailing escape character is escaped.
+            return not self.pairs.sub(b"", rec).endswith(self.esc)
+        return True
 
     def special(self, data: bytes) -> bool:
         return bool((self.esc and self.esc in data) or (self.enc and self.enc in data))
@@ -202,14 +224,15 @@ class RecordReader:
 
 def field_count(record: bytes, d: Dialect) -> int:
     """Fields in one record (without its terminator), counting as LOAD DATA splits them."""
-    check = _Check(Dialect(d.fields_terminated, d.enclosed, d.optionally, d.escaped, d.fields_terminated))
-    n = 0
-    acc: bytes | None = None
-    for p in record.split(d.fields_terminated):
-        cur = p if acc is None else acc + d.fields_terminated + p
-        if check.whole(cur):
-            n += 1
-            acc = None
-        else:
-            acc = cur
-    return n + (acc is not None)
+    field = re.compile(_field_re(d), re.DOTALL)
+    ft = d.fields_terminated
+    n = pos = 0
+    while True:
+        m = field.match(record, pos)
+        n += 1
+        if m is None:
+            return n  # an enclosed field never closed: the rest is that one field
+        pos = m.end()
+        if not record.startswith(ft, pos):
+            return n
+        pos += len(ft)

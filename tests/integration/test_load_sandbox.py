@@ -172,6 +172,41 @@ def test_header_csv_columns_and_set(sandbox: Sandbox, loader_account: str, table
         (1, "a,b", 50), (2, "multi\r\nline", 60), (3, "plain", 70)]
 
 
+TRICKY_CSV = (
+    b'1,plain,1\n'
+    b'2,ab"c,2\n'  # an enclosure character inside an unenclosed field is data
+    b'3,"a"b\nc",3\n'  # a lone one inside an enclosed field too, and the line break with it
+    b'4,"x""\ny",4\n'  # doubled: data; the field goes on past the line break
+    b'5,"esc\\"\nz",5\n'  # escaped: data
+    b'6,"",6\n'
+    b'7,tab\\\nnext,7\n'  # an escaped line terminator in an unenclosed field
+    b'8,"last",8'  # no terminator at the end
+)
+
+
+def test_chunk_cuts_match_the_servers_reading(sandbox: Sandbox, loader_account: str, table: str,
+                                              tmp_path: Path) -> None:
+    # Differential: one record per chunk must load exactly what one LOAD DATA of the whole file loads.
+    data = tmp_path / "tricky.csv"
+    data.write_bytes(TRICKY_CSV)
+    schema = table.split(".", maxsplit=1)[0]
+    sandbox.source.query("CREATE TABLE whole LIKE t", db=schema)
+    conn = sandbox.source.connect(schema, local_infile=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"LOAD DATA LOCAL INFILE '{data}' INTO TABLE whole FIELDS TERMINATED BY ',' "
+                        "OPTIONALLY ENCLOSED BY '\"' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'")
+    finally:
+        conn.close()
+    res = _run(str(data), "--table", table, "--source", loader_account, "--no-throttle", "--format", "csv",
+               "--chunk-rows", "1")
+    assert res.returncode == 0, res.stderr
+    want = sandbox.source.query("SELECT id, name, n FROM whole ORDER BY id", db=schema)
+    got = sandbox.source.query(f"SELECT id, name, n FROM {table} ORDER BY id")
+    assert len(want) == 8 and got == want
+    assert "8 records" in res.stderr and "in 8 chunks" in res.stderr  # cut where the server cuts, no coarser
+
+
 def _one_line_error(res: subprocess.CompletedProcess[str], *words: str) -> None:
     assert res.returncode == 2, (res.returncode, res.stderr)
     assert "Traceback" not in res.stderr

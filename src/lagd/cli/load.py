@@ -127,7 +127,9 @@ class _Line:
     def __call__(self, t: Tick) -> None:
         pct = 100.0 * t.offset / t.total_bytes if t.total_bytes else 100.0
         rate = t.records_this_run / t.elapsed if t.elapsed > 0 else 0.0
-        parts = [f"{pct:5.1f}%", f"{t.records:,} rows", f"{rate:,.0f} rows/s"]
+        filled = int(pct / 5)
+        bar = "[" + "#" * filled + "." * (20 - filled) + "]"
+        parts = [f"{bar} {pct:5.1f}%", f"{t.records:,} rows", f"{rate:,.0f} rows/s"]
         bps = t.bytes_this_run / t.elapsed if t.elapsed > 0 else 0.0
         parts.append(f"ETA {_secs((t.total_bytes - t.offset) / bps)}" if bps > 0 else "ETA ?")
         parts.append(f"chunk {t.chunk_rows:,}")

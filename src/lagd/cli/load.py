@@ -158,7 +158,7 @@ class _Line:
 @click.option("--password-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help=f"Read the password from this file unless the DSN has one (else ${PASSWORD_ENV}).")
 @click.option("--replica-lagd", "replica_urls", multiple=True, metavar="URL",
-              help="A replica's lagd, e.g. http://replica1:9106 (repeat for each replica).")
+              help="A replica's lagd, e.g. http://replica1:9904 (repeat for each replica).")
 @click.option("--no-throttle", is_flag=True, help="Load without asking any replica (no --replica-lagd).")
 @click.option("--max-lag", type=click.FloatRange(min=0.1), default=5.0, show_default=True,
               help="Lag budget in seconds the load may cause on any replica.")

@@ -14,6 +14,7 @@ def main() -> None:
 from lagd.cli.advise import advise  # noqa: E402
 from lagd.cli.config import config  # noqa: E402
 from lagd.cli.doctor import doctor  # noqa: E402
+from lagd.cli.load import load  # noqa: E402
 from lagd.cli.sandbox import sandbox  # noqa: E402
 from lagd.cli.status import status  # noqa: E402
 
@@ -22,6 +23,7 @@ main.add_command(doctor)
 main.add_command(advise)
 main.add_command(config)
 main.add_command(sandbox)
+main.add_command(load)
 
 
 if __name__ == "__main__":

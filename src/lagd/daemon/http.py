@@ -17,6 +17,7 @@ from aiohttp import web
 
 from lagd.daemon.metrics import CONTENT_TYPE, render
 from lagd.daemon.state import Snapshot
+from lagd.daemon.throttle import add_routes as add_throttle_routes
 
 log = logging.getLogger("lagd.daemon.http")
 
@@ -47,6 +48,7 @@ def make_app(snapshot_fn: Callable[[], Snapshot]) -> web.Application:
     app.router.add_get("/status", status)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    add_throttle_routes(app, snapshot_fn)
     return app
 
 

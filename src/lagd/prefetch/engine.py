@@ -16,15 +16,19 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lagd.lag_rates import DecayingRate
+from lagd.mysql.errors import Kind
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control
 from lagd.prefetch.pool import Outcome, ProbePool
+from lagd.prefetch.schema_gate import GatedResolver, SchemaGate, changes_schema, ddl_tables, forget
 from lagd.relaylog import (
     CorruptEvent,
     Ddl,
@@ -73,6 +77,7 @@ class PrefetchCounters:
     resyncs: int = 0
     corrupt: int = 0
     windows: int = 0
+    schema_errors: int = 0  # probes that failed on a missing index, column or table
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +101,59 @@ class PrefetchSnapshot:
 
 
 _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
+
+
+class _CursorThread:
+    """One daemon thread for the cursor's blocking work.
+
+    ``reader.read()`` reads files and, at a new table definition, queries
+    information_schema (under a socket read timeout): neither may stall the
+    event loop, where /healthz, /metrics and SIGTERM are served. One
+    long-lived thread rather than one per read: reads come hundreds of times a
+    second during a catch-up. Daemon: a read stuck on a hung replica never
+    keeps the process alive at exit. Calls run one at a time, in order, so
+    the reader is never used by two threads at once.
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._main, name="lagd-prefetch-cursor", daemon=True)
+            self._thread.start()
+        self._queue.put((loop, fut, fn, args))
+        return await fut
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread = None
+
+    def _main(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            loop, fut, fn, args = item
+            try:
+                result, ok = fn(*args), True
+            except BaseException as e:  # handed to the awaiting task, raised there
+                result, ok = e, False
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, fut, ok, result)
+
+
+def _settle(fut: asyncio.Future[Any], ok: bool, result: Any) -> None:
+    if fut.done():  # the awaiting task was cancelled
+        return
+    if ok:
+        fut.set_result(result)
+    else:
+        fut.set_exception(result)
 
 
 class PrefetchEngine:
@@ -145,6 +203,15 @@ class PrefetchEngine:
         self._start_probation()
         self._probation_from = 0  # rows_probed when the last quick check judged
         pool._on_done = self._on_done  # the engine accounts for every probe
+        self.gate = SchemaGate()
+        decoder = getattr(reader, "decoder", None)
+        if decoder is not None:  # every table definition the cursor resolves passes the gate
+            decoder.resolver = GatedResolver(decoder.resolver, self.gate)
+        # A DDL's tables (None: all) until its transaction's end is read.
+        self._ddl: list[tuple[str, ...] | None] = []
+        self._schema_stale: set[str] = set()  # probes failed on them: drop their definitions
+        self._read_budget = 0  # bytes _step asks the loop to read off the loop thread
+        self._cursor = _CursorThread()
 
     # ----- accounting ---------------------------------------------------
 
@@ -161,6 +228,12 @@ class PrefetchEngine:
         if outcome.status != "ok" and trx is not None:
             trx.probed -= probe.rows
             self._lead_pages -= probe.rows
+        if outcome.status == "error" and getattr(outcome, "kind", None) == Kind.SCHEMA:
+            # The definition it was built from is not the replica's: resolve the
+            # table again (once, between reads) rather than fail on every row.
+            self.counters.schema_errors += 1
+            self.gate.schema_errors += 1
+            self._schema_stale.add(f"{probe.schema}.{probe.table}")
 
     def _sql_seq_estimate(self) -> float:
         """The newest transaction the SQL thread has applied, extrapolated from
@@ -245,13 +318,28 @@ class PrefetchEngine:
                 trx.probed += p.rows
             self._lead_pages += p.rows
 
-    def _read(self, budget: int) -> None:
-        batch = self.reader.read(budget)
+    async def _read(self, budget: int) -> None:
+        """Read on, in the cursor's thread (see _CursorThread), then account on the loop."""
+        self._forget_stale()
+        self._consume(await self._cursor.call(self.reader.read, budget))
+
+    def _forget_stale(self) -> None:
+        if self._schema_stale:
+            stale, self._schema_stale = list(self._schema_stale), set()
+            forget(self.reader.decoder, self.gate, [t.casefold() for t in stale])
+
+    def _consume(self, batch: list[Any]) -> None:
         c = self.counters
         c.events += len(batch)
+        gate = self.gate
+        held = gate.held_names
         for e in batch:
             if isinstance(e, RowChange):
                 c.row_changes += 1
+                if held and gate.held(e.table.qualified):
+                    # Its definition changes before the SQL thread gets here: no probe.
+                    self._skip("schema_pending")
+                    continue
                 cur = self._current
                 if cur is not None:
                     cur.rows += 1
@@ -273,16 +361,26 @@ class PrefetchEngine:
                     cur.bytes = e.size
                     self._lead_bytes += e.size
                 self._current = None
+                if self._ddl:
+                    # Held until the SQL thread has applied the DDL's whole transaction.
+                    gate.hold(self._ddl.pop(), self._key(e.relay_file, e.relay_offset))
             elif isinstance(e, Statement):
                 self._submit(self.batcher.add_statement(e))
             elif isinstance(e, Ddl):
-                # Probes past a DDL would run against the old definition.
+                # Keys read before the DDL match the definition the replica has now.
                 self._submit(self.batcher.flush())
+                if changes_schema(e.sql):
+                    names = ddl_tables(e.sql, e.schema)  # None: any table may have changed
+                    if names != ():
+                        self._ddl.append(names)
             elif isinstance(e, Resynced):
                 c.resyncs += 1
                 self._reset_window()
             elif isinstance(e, CorruptEvent):
                 c.corrupt += 1
+        while self._ddl:  # its end is not read yet: hold to the cursor's position
+            gate.hold(self._ddl.pop(), self._key(self.reader.position.file, self.reader.position.offset))
+        forget(self.reader.decoder, gate, gate.placed())
         self._submit(self.batcher.flush())
         self._pending_seq = None
 
@@ -320,6 +418,9 @@ class PrefetchEngine:
                     continue
                 now = self._clock()
                 delay = self._step(self._sample, now)
+                if self._read_budget:
+                    budget, self._read_budget = self._read_budget, 0
+                    await self._read(budget)
                 if now >= next_window:
                     await self._end_window(now)
                     next_window = now + self.window_seconds
@@ -340,6 +441,7 @@ class PrefetchEngine:
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+            self._cursor.close()
             await self.pool.close()
 
     def _step(self, sample: Sample, now: float) -> float:
@@ -351,6 +453,7 @@ class PrefetchEngine:
         key = self._key(pos.file, pos.offset)
         moved_back = self._sql_pos is not None and key < self._sql_pos
         applied = self._advance_sql(key, now)
+        self._follow_schema(key, moved_back)
         self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
         if not st.sql_running:
             self.state, self.reason = "paused", "the SQL thread is stopped"
@@ -394,7 +497,7 @@ class PrefetchEngine:
                     self.pool.queued + self.pool.busy >= _PROBATION_IN_FLIGHT
                     or self.counters.rows_probed - self._probation_from >= _PROBATION_ROWS):
                 return 0.002  # on probation: a trickle until the quick check sees disk reads
-            self._read(64 * 1024)
+            self._read_budget = 64 * 1024
             return 0.0
         if step.action == "idle":
             self.reader.at_tail = False  # look again next time
@@ -402,6 +505,20 @@ class PrefetchEngine:
             return 0.02
         self.state = "backed_off" if not self.ctl.enabled else "active"
         return 0.01 if self.ctl.enabled else 0.1
+
+    def _follow_schema(self, sql_pos: tuple[int, int], moved_back: bool) -> None:
+        """Release the tables whose DDL the SQL thread has applied: their next table
+        map is resolved from the replica as it is now."""
+        decoder = getattr(self.reader, "decoder", None)
+        if moved_back:
+            # A relay log started anew: positions held are of another numbering.
+            had = bool(self.gate.held_names)
+            self.gate.release_all()
+            if had and decoder is not None:
+                forget(decoder, self.gate, None)
+            return
+        if self.gate.held_names and decoder is not None:
+            forget(decoder, self.gate, self.gate.release(sql_pos))
 
     async def _start_window(self) -> None:
         self._win = {"t0": self._clock(), "probed": self.counters.rows_done,

@@ -29,6 +29,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lagd.mysql.errors import kind_of
+
 log = logging.getLogger("lagd.prefetch.pool")
 
 _TIMEOUT_ERRORS = {1969, 3024}  # MariaDB ER_STATEMENT_TIMEOUT, MySQL ER_QUERY_TIMEOUT
@@ -82,6 +84,7 @@ class Outcome:
     rows: int  # rows the probe found (pages it warmed)
     seconds: float
     error: str | None = None
+    kind: str | None = None  # lagd.mysql.errors.Kind of a failure (SCHEMA: the definition moved)
 
 
 @dataclass(slots=True)
@@ -244,7 +247,7 @@ class ProbePool:
         self.counters.failed += 1
         self.last_error = f"{type(e).__name__}: {e}"
         broken = code in _CONNECTION_ERRORS or code is None
-        return Outcome("error", 0, seconds, self.last_error), broken
+        return Outcome("error", 0, seconds, self.last_error, kind_of(e)), broken
 
 
 def _close_quietly(conn: Any) -> None:

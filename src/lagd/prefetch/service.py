@@ -94,7 +94,9 @@ async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factor
         file = row.get("Relay_Log_File") or ""
         return RelayPosition(str(file), int(row.get("Relay_Log_Pos") or 4))
 
-    resolver = InformationSchemaResolver(lambda: pymysql.connect(**endpoint.pymysql_kwargs()))
+    # The resolver runs in the engine's cursor thread: a hung replica costs it one read timeout.
+    resolver = InformationSchemaResolver(lambda: pymysql.connect(
+        **endpoint.pymysql_kwargs(), read_timeout=10.0, write_timeout=10.0))
     reader = RelayLogReader(LogFiles(index), start, resolver, resync=resync, chunk_size=256 * 1024)
     pool = ProbePool(endpoint.async_connect(), mariadb=mariadb, size=opts.connections,
                      timeout_ms=opts.statement_timeout_ms, on_done=lambda *_: None,

@@ -65,6 +65,8 @@ _NO_TABLE = re.compile(
     r"(?:CREATE|ALTER|DROP)\b(?:\s+(?:OR\s+REPLACE|DEFINER\s*=\s*\S+|SQL\s+SECURITY\s+\w+|"
     r"ALGORITHM\s*=\s*\w+|AGGREGATE))*\s+(?:USER|ROLE|VIEW|TRIGGER|PROCEDURE|FUNCTION|EVENT|SERVER|"
     r"PACKAGE(?:\s+BODY)?)\b|(?:CREATE|ALTER)\s+(?:DATABASE|SCHEMA)\b", re.I)
+_RENAMED_TO = re.compile(
+    rf"\bRENAME\s+(?:TO\s+|AS\s+)?(?!(?:INDEX|KEY|COLUMN)\b)(?P<list>{_QUALIFIED})", re.I)
 _SPLIT = re.compile(r"\s*(?:,|\bTO\b)\s*", re.I)
 _PART = re.compile(rf"({_NAME})(?:\s*\.\s*({_NAME}))?")
 _SCHEMA_WORDS = frozenset({"ALTER", "CREATE", "DROP", "RENAME", "TRUNCATE"})
@@ -92,8 +94,11 @@ def ddl_tables(sql: str, schema: str | None) -> tuple[str, ...] | None:
         m = form.match(sql, start)
         if m is None:
             continue
+        lists = [m.group("list")]
+        if form is _FORMS[0]:  # ALTER TABLE t ... RENAME TO u: u is new, but may be cached
+            lists += [r.group("list") for r in _RENAMED_TO.finditer(sql, m.end())]
         names = []
-        for part in _SPLIT.split(m.group("list").strip()):
+        for part in (p for text in lists for p in _SPLIT.split(text.strip())):
             pm = _PART.fullmatch(part.strip())
             if pm is None:
                 return None

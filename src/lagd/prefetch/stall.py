@@ -79,7 +79,10 @@ def applier_tids(rows: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
         if tid is None or int(tid) <= 0:
             continue
         role = str(r.get("role") or "").lower()
-        (workers if "worker" in role else sql).append(int(tid))
+        if role.endswith("worker"):
+            workers.append(int(tid))
+        elif role.endswith(("slave_sql", "replica_sql")):  # never the IO thread
+            sql.append(int(tid))
     return tuple(sorted(workers or sql))
 
 

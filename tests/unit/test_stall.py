@@ -133,3 +133,25 @@ def test_monitor_over_recorded_files() -> None:
     assert sum(mon.seconds.values()) == pytest.approx(1.0)
     mon.set_threads([])
     assert mon.snapshot()["verdict"] == "unknown"
+
+
+def test_off_cpu_time_seen_between_samples_follows_the_recent_wait_mix() -> None:
+    # Short reads: the sample after the first interval caught one, the next did not;
+    # the second interval's 10 ms off CPU still count as reads, not as CPU.
+    seq = [s(0, "R", 1.0, 0.0), s(0.02, "D", 1.01, 0.0), s(0.04, "R", 1.02, 0.0)]
+    files: dict[str, str] = {}
+    clock = [0.0]
+
+    def read(path: str) -> str:
+        if path not in files:
+            raise PermissionError(path)  # /proc/<tid>/io of another user's process
+        return files[path]
+
+    mon = StallMonitor(read=read, clock=lambda: clock[0], cpus=1)
+    mon.set_threads([1])
+    for sample in seq:
+        clock[0] = sample.at
+        files["/proc/1/stat"] = STAT.format(state=sample.state, utime=0, stime=0)
+        files["/proc/1/schedstat"] = f"{int(sample.cpu_ns or 0)} 0 1"
+        mon.sample()
+    assert mon.seconds == pytest.approx(secs(on_cpu=0.02, disk_read=0.02))

@@ -53,6 +53,7 @@ STATES = ("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait")
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 # Where a thread blocked in D sleeps when it waits for data or metadata to be
 # written, not read (fsync of the redo log at commit, page write-back).
+_MIX_DECAY = 0.98  # per sample: at 50 Hz the wait mix of about the last second
 _FLUSH_WCHAN = ("fsync", "sync_file", "write_and_wait", "writeback", "jbd2", "issue_flush",
                 "log_wait_commit", "wait_transaction")
 
@@ -141,13 +142,27 @@ def cpu_headroom(prev: tuple[float, float], cur: tuple[float, float], cpus: int)
 
 # ----- the classifier ---------------------------------------------------------------
 
-def classify(prev: ThreadSample, cur: ThreadSample) -> dict[str, float]:
+def off_state(prev: ThreadSample, cur: ThreadSample) -> str | None:
+    """What ``cur`` shows the thread waiting on, or None when it is running."""
+    if cur.state == "R":
+        return None
+    if cur.state == "D":
+        read = cur.read_bytes is not None and prev.read_bytes is not None and cur.read_bytes > prev.read_bytes
+        if cur.wchan and any(w in cur.wchan for w in _FLUSH_WCHAN) and not read:
+            return "flush_wait"
+        return "disk_read"
+    return "other_wait"
+
+
+def classify(prev: ThreadSample, cur: ThreadSample,
+             mix: Mapping[str, float] | None = None) -> dict[str, float]:
     """Seconds per state between two samples of one thread.
 
-    On-CPU and run-queue time are exact when schedstat is there; the rest of the
-    interval is off CPU and goes to what the thread was seen doing at either
-    end: blocked in D is a disk read, unless wchan names a flush and no bytes
-    were read; sleeping (S) is another wait.
+    On-CPU and run-queue time are exact when schedstat is there. The rest of
+    the interval is off CPU; a sample is an instant, so off-CPU time is split by
+    ``mix``: how often recent samples caught the thread in each wait (a read of
+    80 µs is caught by some samples, not by the two around it). Without a mix,
+    by what the two ends show.
     """
     wall = max(0.0, cur.at - prev.at)
     out = dict.fromkeys(STATES, 0.0)
@@ -162,19 +177,15 @@ def classify(prev: ThreadSample, cur: ThreadSample) -> dict[str, float]:
         queued = min(wall - on, max(0.0, (cur.queue_ns - prev.queue_ns) / 1e9))
     out["on_cpu"], out["cpu_wait"] = on, queued
     off = wall - on - queued
-    # The state seen at either end: a thread in D at either end spent the gap on I/O.
-    states = {prev.state, cur.state}
-    if "D" in states:
-        wchan = cur.wchan if cur.state == "D" else prev.wchan
-        read = cur.read_bytes is not None and prev.read_bytes is not None and cur.read_bytes > prev.read_bytes
-        if wchan and any(w in wchan for w in _FLUSH_WCHAN) and not read:
-            out["flush_wait"] = off
-        else:
-            out["disk_read"] = off
-    elif states == {"R"}:
-        out["on_cpu"] += off  # schedstat granularity: running at both ends
-    else:
-        out["other_wait"] = off
+    if mix is None:
+        seen = off_state(prev, cur) or (off_state(prev, prev) if prev.state != "R" else None)
+        mix = {seen: 1.0} if seen else {}
+    total = sum(mix.values())
+    if total <= 0:
+        out["on_cpu"] += off  # running whenever looked at: schedstat's rounding
+        return out
+    for state, weight in mix.items():
+        out[state] += off * weight / total
     return out
 
 
@@ -285,6 +296,7 @@ class StallMonitor:
         self.cpus = cpus or os.cpu_count() or 1
         self._lock = threading.Lock()
         self._last: dict[int, ThreadSample] = {}
+        self._mix: dict[int, dict[str, float]] = {}  # per thread: recent samples per wait, decayed
         self._wanted: tuple[int, ...] = ()
         self._history: collections.deque[tuple[float, dict[str, float]]] = collections.deque(maxlen=2048)
         self.seconds: dict[str, float] = dict.fromkeys(STATES, 0.0)
@@ -314,7 +326,13 @@ class StallMonitor:
                     continue
                 prev = self._last.get(tid)
                 if prev is not None:
-                    for state, secs in classify(prev, cur).items():
+                    mix = self._mix.setdefault(tid, {})
+                    for k in mix:
+                        mix[k] *= _MIX_DECAY
+                    seen = off_state(prev, cur)
+                    if seen is not None:
+                        mix[seen] = mix.get(seen, 0.0) + 1.0
+                    for state, secs in classify(prev, cur, mix).items():
                         self.seconds[state] += secs
                     self.samples += 1
                 self._last[tid] = cur

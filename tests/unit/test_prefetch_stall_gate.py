@@ -6,6 +6,7 @@ import pytest
 
 from lagd.prefetch import control
 from lagd.prefetch.control import Gate, StallWindow, stall_gate
+from lagd.prefetch.engine import PrefetchEngine
 
 
 def w(read: float, cpu: float = 0.3, queued: float = 0.0, headroom: float | None = 1.0,
@@ -59,3 +60,65 @@ def test_stall_window_shares() -> None:
     assert sw == StallWindow(pytest.approx(1.0), pytest.approx(0.6), pytest.approx(0.3),  # type: ignore[arg-type]
                              pytest.approx(0.1), 1.5)  # type: ignore[arg-type]
     assert control.stall_window({"on_cpu": 0.0}, None) is None
+
+
+# ----- the engine applies it --------------------------------------------------------------
+
+class FakeStall:
+    """Stands in for stall.StallMonitor: cumulative seconds set by the test."""
+
+    def __init__(self, threads: tuple[int, ...] = (7,)) -> None:
+        self.threads = threads
+        self.seconds = dict.fromkeys(("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait"), 0.0)
+        self.headroom: float | None = 1.0
+
+    def totals(self) -> dict[str, float]:
+        return dict(self.seconds)
+
+    def add(self, **kw: float) -> None:
+        for k, v in kw.items():
+            self.seconds[k] += v
+
+
+class FakePool:
+    size = 4
+    _on_done = None
+    dropped = 0
+
+    def drop_queued(self) -> int:
+        self.dropped += 1
+        return 0
+
+
+def engine_with(fake: FakeStall) -> tuple[PrefetchEngine, FakePool]:
+    limits = control.limits_for(10, 1000, 64 << 20, 30.0, 256 << 20, 0.25)
+    tuning = control.Tuning(10, 1000, 4, 8, adaptive=True)
+    pool = FakePool()
+    eng = PrefetchEngine(None, None, pool, None, limits, tuning,  # type: ignore[arg-type]
+                         stall_monitor=fake)  # type: ignore[arg-type]
+    eng.state = "active"
+    return eng, pool
+
+
+def test_the_engine_opens_on_reads_and_shuts_when_cpu_bound() -> None:
+    fake = FakeStall()
+    eng, pool = engine_with(fake)
+    eng._gate_check()  # first reading: nothing to compare yet
+    assert eng.gate_state.open  # unmeasured: the slow comparison decides
+    fake.add(on_cpu=0.3, disk_read=0.7)
+    eng._gate_check()
+    assert eng.gate_state.open and "70% waiting on disk reads" in eng.gate_state.reason
+    fake.headroom = 0.1
+    fake.add(on_cpu=0.7, disk_read=0.3)
+    eng._gate_check()
+    assert not eng.gate_state.open and not eng._enabled
+    assert pool.dropped == 1
+
+
+def test_without_visible_threads_the_gate_stays_open() -> None:
+    fake = FakeStall(threads=())
+    eng, _ = engine_with(fake)
+    for _ in range(3):
+        fake.add(on_cpu=1.0)
+        eng._gate_check()
+    assert eng.gate_state == control.UNMEASURED

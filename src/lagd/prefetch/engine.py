@@ -26,7 +26,7 @@ from typing import Any
 from lagd.lag_rates import DecayingRate
 from lagd.mysql.errors import Kind
 from lagd.mysql.monitor import ReplicaMonitor, Sample
-from lagd.prefetch import control
+from lagd.prefetch import control, stall
 from lagd.prefetch.pool import Outcome, ProbePool
 from lagd.prefetch.schema_gate import GatedResolver, SchemaGate, changes_schema, ddl_tables, forget
 from lagd.relaylog import (
@@ -98,6 +98,9 @@ class PrefetchSnapshot:
     probe_latency_avg: float | None
     cursor: str | None
     pool: dict[str, Any]
+    # The applier threads' time split (stall.StallMonitor.snapshot) and the fast
+    # gate's verdict; None when not measured.
+    stall: dict[str, Any] | None = None
 
 
 _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
@@ -159,7 +162,8 @@ def _settle(fut: asyncio.Future[Any], ok: bool, result: Any) -> None:
 class PrefetchEngine:
     def __init__(self, reader: RelayLogReader, monitor: ReplicaMonitor, pool: ProbePool,
                  batcher: Any, limits: control.Limits, tuning: control.Tuning, *,
-                 window_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 window_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 stall_monitor: stall.StallMonitor | None = None) -> None:
         self.reader = reader
         self.monitor = monitor
         self.pool = pool
@@ -212,6 +216,13 @@ class PrefetchEngine:
         self._schema_stale: set[str] = set()  # probes failed on them: drop their definitions
         self._read_budget = 0  # bytes _step asks the loop to read off the loop thread
         self._cursor = _CursorThread()
+        # The fast gate (control.stall_gate): about a second of the SQL thread's own time.
+        self.stall = stall_monitor if tuning.adaptive else None
+        self.gate_state = control.UNMEASURED
+        self._stall_seen: dict[str, float] = {}
+        self._stall_probed = 0
+        self._appliers_sql: list[str] = [stall.appliers_sql(True), stall.appliers_sql(False)]
+        self._appliers_warned = False
 
     # ----- accounting ---------------------------------------------------
 
@@ -396,11 +407,41 @@ class PrefetchEngine:
 
     async def _poll_loop(self, stop: asyncio.Event) -> None:
         """Keep the latest status at hand: often while working, rarely while idle."""
+        next_discovery = 0.0
         while not stop.is_set():
             self._sample = await self.monitor.poll()
             self._new_sample.set()
+            now = self._clock()
+            if self.stall is not None and now >= next_discovery:
+                # The applier threads change on every START SLAVE and restart.
+                self.stall.set_threads(await self._appliers())
+                next_discovery = now + 2.0
             busy = self.state == "active"
             await asyncio.sleep(self.poll_active if busy else self.poll_idle)
+
+    async def _appliers(self) -> tuple[int, ...]:
+        """The applier threads' OS ids; () when they cannot be seen (said once)."""
+        st = self._sample.status if self._sample is not None else None
+        if st is None or not st.sql_running:
+            return ()
+        for sql in list(self._appliers_sql):
+            try:
+                tids = stall.applier_tids(await self.monitor.query(sql))
+            except Exception as e:  # e.g. MySQL has no PROCESSLIST.TID: try the other flavor's
+                if len(self._appliers_sql) > 1:
+                    self._appliers_sql.remove(sql)
+                    continue
+                why = f"cannot list the SQL thread's OS thread: {e}"
+                tids = ()
+            else:
+                self._appliers_sql = [sql]
+                why = ("the SQL thread is not visible to lagd: grant it PROCESS (MariaDB) or SELECT on"
+                       " performance_schema.threads (MySQL) to measure where its time goes")
+            if not tids and not self._appliers_warned:
+                self._appliers_warned = True
+                log.info("%s; prefetch falls back to the with/without comparison", why)
+            return tids
+        return ()
 
     async def run(self, stop: asyncio.Event) -> None:
         self.pool.start()
@@ -411,6 +452,9 @@ class PrefetchEngine:
         last_quick = 0.0
         await self._start_window()
         self._checked_rows, self._checked_reads = self.counters.rows_done, self._win["reads"]
+        next_gate = self._clock() + 1.0
+        if self.stall is not None:
+            self.stall.start()
         try:
             while not stop.is_set():
                 if self._sample is None:
@@ -431,6 +475,9 @@ class PrefetchEngine:
                     # must not pay for probes for a whole window.
                     await self._quick_check(now)
                     next_check, last_quick = now + 1.0, now
+                if now >= next_gate:
+                    self._gate_check()
+                    next_gate = now + 1.0
                 if delay > 0:
                     # Until the next status (the SQL thread may have moved) or the delay.
                     self._new_sample.clear()
@@ -441,6 +488,8 @@ class PrefetchEngine:
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+            if self.stall is not None:
+                self.stall.stop()
             self._cursor.close()
             await self.pool.close()
 
@@ -482,7 +531,7 @@ class PrefetchEngine:
             return 0.25
         step = control.decide_step(
             sql_running=True, overtaken=overtaken, at_tail=self.reader.at_tail,
-            enabled=self.ctl.enabled, lead=self._lead(now),
+            enabled=self._enabled, lead=self._lead(now),
             target_transactions=self.ctl.target_transactions, limits=self.limits)
         self.reason = step.reason
         if step.action == "jump":
@@ -503,8 +552,36 @@ class PrefetchEngine:
             self.reader.at_tail = False  # look again next time
             self.state = "active"
             return 0.02
-        self.state = "backed_off" if not self.ctl.enabled else "active"
-        return 0.01 if self.ctl.enabled else 0.1
+        self.state = "backed_off" if not self._enabled else "active"
+        return 0.01 if self._enabled else 0.1
+
+    @property
+    def _enabled(self) -> bool:
+        return self.ctl.enabled and self.gate_state.open
+
+    def _gate_check(self) -> None:
+        """Every second: what the SQL thread's time says about prefetching now."""
+        mon = self.stall
+        if mon is None:
+            return
+        seen = mon.totals()
+        window = stall.window(self._stall_seen, seen) if self._stall_seen else None
+        self._stall_seen = seen
+        probed = self.counters.rows_probed - self._stall_probed
+        self._stall_probed = self.counters.rows_probed
+        if self.state not in ("active", "backed_off"):
+            # Caught up, paused or off: the SQL thread sleeps or does not run; the
+            # next backlog is measured for a second before probes start.
+            self.gate_state = control.Gate(False, "measuring the SQL thread before prefetching",
+                                           None, True) if mon.threads else control.UNMEASURED
+            return
+        w = control.stall_window(window, mon.headroom) if window is not None and mon.threads else None
+        before = self.gate_state
+        self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
+        if self.gate_state.open != before.open:
+            log.info("prefetch gate: %s", self.gate_state.reason)
+            if not self.gate_state.open:
+                self.pool.drop_queued()
 
     def _follow_schema(self, sql_pos: tuple[int, int], moved_back: bool) -> None:
         """Release the tables whose DDL the SQL thread has applied: their next table
@@ -597,9 +674,14 @@ class PrefetchEngine:
         lead = self._lead(now)
         c = self.counters
         pc = self.pool.counters
-        state = "backed_off" if not self.ctl.enabled and self.state == "active" else self.state
+        state = "backed_off" if not self._enabled and self.state == "active" else self.state
+        why_off = self.ctl.reason if not self.ctl.enabled else self.gate_state.reason
+        stall_view = None
+        if self.stall is not None:
+            stall_view = {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
+                          "gate_open": self.gate_state.open, "gate_reason": self.gate_state.reason}
         return PrefetchSnapshot(
-            state=state, reason=self.ctl.reason if state == "backed_off" else self.reason,
+            state=state, reason=why_off if state == "backed_off" else self.reason,
             counters={**{k: getattr(c, k) for k in _COUNTER_FIELDS if k != "skipped"},
                       "skipped": {**dict(c.skipped), **dict(getattr(self.batcher, "skipped", {}))}},
             lead_transactions=lead.transactions, lead_rows=lead.rows, lead_bytes=lead.bytes,
@@ -613,6 +695,7 @@ class PrefetchEngine:
                   "timed_out": pc.timed_out, "refused": pc.refused, "rows_found": pc.rows_found,
                   "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
                   "last_error": self.pool.last_error},
+            stall=stall_view,
         )
 
 

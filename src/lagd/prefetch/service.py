@@ -16,6 +16,7 @@ from lagd.mysql.monitor import ReplicaMonitor
 from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine
 from lagd.prefetch.pool import ProbePool
+from lagd.prefetch.stall import StallMonitor
 from lagd.relaylog import InformationSchemaResolver, LogFiles, RelayLogReader, RelayPosition
 
 
@@ -107,4 +108,4 @@ async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factor
     tuning = control.Tuning(opts.min_lead_transactions, opts.max_lead_transactions,
                             max(1, opts.connections // 2), opts.connections, opts.adaptive)
     return PrefetchEngine(reader, monitor, pool, batcher_factory(opts), limits, tuning,
-                          window_seconds=opts.evaluate_window_seconds)
+                          window_seconds=opts.evaluate_window_seconds, stall_monitor=StallMonitor())

@@ -357,6 +357,11 @@ class StallMonitor:
     def stop(self) -> None:
         self._stop.set()
 
+    def totals(self) -> dict[str, float]:
+        """A copy of ``seconds`` (cumulative per state)."""
+        with self._lock:
+            return dict(self.seconds)
+
     def recent(self, span: float = 2.0) -> dict[str, float]:
         """Seconds per state over about the last ``span`` seconds."""
         with self._lock:

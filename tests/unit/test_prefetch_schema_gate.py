@@ -21,6 +21,7 @@ from lagd.relaylog import (
     RelayPosition,
     RowChange,
     RowKind,
+    Statement,
     TableInfo,
     TransactionEnd,
     TransactionStart,
@@ -149,6 +150,7 @@ class FakeProbe:
     schema: str
     table: str
     rows: int = 1
+    kind: str = "pk"
 
 
 class FakeBatcher:
@@ -157,6 +159,9 @@ class FakeBatcher:
 
     def add(self, e: RowChange) -> list[FakeProbe]:
         return [FakeProbe(e.table.schema, e.table.name)]
+
+    def add_statement(self, e: Statement) -> list[FakeProbe]:
+        return [FakeProbe(e.schema or "", e.sql.split()[1], kind="statement")]  # "DELETE t ..."
 
     def flush(self) -> list[FakeProbe]:
         return []
@@ -279,3 +284,13 @@ def test_the_event_loop_runs_while_the_cursor_reads() -> None:
 
     asyncio.run(main())
     assert reader.released
+
+
+def test_statements_on_a_held_table_are_not_probed() -> None:
+    reader = FakeReader([[start(100), Ddl("s", "TRUNCATE t", ("s.t",), 0), end(200),
+                          start(200), Statement("s", "DELETE t WHERE id = 1", 0, 0),
+                          Statement("s", "DELETE u WHERE id = 1", 0, 0), end(300)]])
+    eng, pool = engine(reader)
+    asyncio.run(eng._read(1 << 16))
+    assert [p.table for p in pool.submitted] == ["u"]
+    assert eng.counters.skipped == {"schema_pending": 1}

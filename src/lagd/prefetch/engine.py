@@ -318,7 +318,11 @@ class PrefetchEngine:
         # A batch can hold keys of several transactions; it is tagged with the
         # oldest, so "in time" means in time for all of them.
         tag = self._pending_seq if self._pending_seq is not None else self._seq
+        held = self.gate.held_names
         for p in probes:
+            if held and p.kind == "statement" and self.gate.held(f"{p.schema}.{p.table}"):
+                self._skip("schema_pending")  # a statement on a table whose DDL is not applied yet
+                continue
             if not self.pool.submit(p, tag):
                 self._skip("pool_full")
                 continue

@@ -116,16 +116,27 @@ def test_statements_of_one_shape_are_batched_into_an_in_list() -> None:
         got += probes
     got += b.flush()
     assert [p.sql for p in got] == [
-        "SELECT * FROM `s`.t WHERE id IN (" + ", ".join(str(i) for i in range(16)) + ")",
-        "SELECT * FROM `s`.t WHERE id IN (16, 17, 0, 1)",  # a new batch: 0 and 1 are due again
+        "SELECT * FROM `s`.t WHERE id = 0",  # a shape seen once goes the direct way
+        "SELECT * FROM `s`.t WHERE id IN (" + ", ".join(str(i) for i in range(1, 17)) + ")",
+        "SELECT * FROM `s`.t WHERE id IN (17, 0, 1)",  # a new batch: 0 and 1 are due again
     ]
-    assert [p.rows for p in got] == [16, 4]
-    assert (got[0].kind, got[0].params, got[0].source_time) == ("statement", (), 7)
+    assert [p.rows for p in got] == [1, 16, 3]
+    assert (got[1].kind, got[1].params, got[1].source_time) == ("statement", (), 7)
     assert b.stats["shapes"] == 1 and b.flush() == []
+
+
+def test_a_shape_seen_once_costs_what_the_direct_path_costs() -> None:
+    b = StatementBatcher(16)
+    for i in range(5):  # a request id in a comment: every statement its own shape
+        probes, _ = b.add(Statement("s", f"/* req {i} */ DELETE FROM t WHERE id = {i}", 0, 0))
+        assert [p.sql for p in probes] == [f"SELECT * FROM `s`.t WHERE id = {i}"]
+    assert (b.stats["first_seen"], b.stats["shapes"]) == (5, 0)
 
 
 def test_in_lists_and_strings_batch_too() -> None:
     b = StatementBatcher(16)
+    b.add(Statement("s", "DELETE FROM t WHERE id IN (0)", 0, 0))  # first seen: direct
+    b.add(Statement("s", "DELETE FROM t WHERE code = 'z'", 0, 0))
     b.add(Statement("s", "DELETE FROM t WHERE id IN (1, 2)", 0, 0))
     b.add(Statement("s", "DELETE FROM t WHERE id IN (3)", 0, 0))
     b.add(Statement("s", "DELETE FROM t WHERE code = 'a%'", 0, 0))
@@ -153,9 +164,11 @@ def test_shapes_that_cannot_be_merged_are_probed_one_by_one(sql: str) -> None:
 
 def test_the_default_schema_is_part_of_the_shape() -> None:
     b = StatementBatcher(1)
-    [p1], _ = b.add(Statement("a", "DELETE FROM t WHERE id = 1", 0, 0))
-    [p2], _ = b.add(Statement("b", "DELETE FROM t WHERE id = 1", 0, 0))
-    assert (p1.schema, p2.schema) == ("a", "b")
+    for _ in range(2):
+        [p1], _ = b.add(Statement("a", "DELETE FROM t WHERE id = 1", 0, 0))
+        [p2], _ = b.add(Statement("b", "DELETE FROM t WHERE id = 1", 0, 0))
+        assert (p1.schema, p2.schema) == ("a", "b")
+    assert b.stats["shapes"] == 2
 
 
 def test_excluded_schemas_are_refused_per_statement() -> None:

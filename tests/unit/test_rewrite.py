@@ -258,7 +258,8 @@ def test_schema_filters() -> None:
     assert b.add_statement(Statement("crm", "DELETE FROM t WHERE id = 1", 0, 0)) == ()
     assert b.add_statement(Statement("mysql", "DELETE FROM user WHERE 0", 0, 0)) == ()
     assert b.skipped["schema_excluded"] == 3
-    assert b.add_statement(Statement("shop", "DELETE FROM t WHERE id = 1", 0, 0)) == ()  # batched
+    assert len(b.add_statement(Statement("shop", "DELETE FROM t WHERE id = 1", 0, 0))) == 1
+    assert b.add_statement(Statement("shop", "DELETE FROM t WHERE id = 2", 0, 0)) == ()  # batched
     assert len(b.flush()) == 1
 
 

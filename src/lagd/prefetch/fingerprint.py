@@ -14,7 +14,9 @@ every literal taken out) and its literals:
   (backtick-quoted ones skipped whole), comments, whitespace, user and system
   variables, function calls.
 
-Each shape goes through the sqlglot rewrite once, with a marker in place of
+Each shape that repeats goes through the sqlglot rewrite once (its first
+statement goes the direct way: a shape seen once costs what it always did),
+with a marker in place of
 each literal; the SELECT it returns becomes a template, and a statement's
 probe is its literals bound into the template by text. That is exactly what the
 sqlglot path would produce for the statement itself, because that path splices
@@ -177,6 +179,9 @@ class StatementBatcher:
         self.max_keys = max_keys
         self.wants = wants  # the schema filters
         self._templates: dict[tuple[str, str | None], Template] = {}
+        # Shapes seen once: a template costs two sqlglot parses, so a shape that never
+        # repeats (a request id in a comment) must not cost more than the direct path.
+        self._once: dict[tuple[str, str | None], None] = {}
         self._waiting: dict[Template, dict[str, int]] = {}  # batchable shapes: value -> keys in it
         self._times: dict[Template, int] = {}
         self.stats: Counter[str] = Counter()  # template hits, misses, unverified shapes
@@ -195,6 +200,13 @@ class StatementBatcher:
         key = (shape, stmt.schema)
         t = self._templates.get(key)
         if t is None:
+            if key not in self._once:
+                if len(self._once) >= _CACHE_LIMIT:
+                    self._once.clear()
+                self._once[key] = None
+                self.stats["first_seen"] += 1
+                return self._direct(stmt)
+            del self._once[key]
             self.stats["shapes"] += 1
             if len(self._templates) >= _CACHE_LIMIT:
                 self._templates.clear()

@@ -21,7 +21,7 @@ each literal; the SELECT it returns becomes a template, and a statement's
 probe is its literals bound into the template by text. That is exactly what the
 sqlglot path would produce for the statement itself, because that path splices
 the statement's own text. It is checked, not assumed: a template is kept only
-if binding the first statement's literals gives the same text as rewriting
+if binding the literals of the statement it was made from gives the same text as rewriting
 that statement directly; a shape that fails the check (a marker that parsed
 differently) is rewritten statement by statement as before. Refusals (unsafe
 or nondeterministic functions, user variables, executable comments, locking

@@ -16,15 +16,15 @@ every literal taken out) and its literals:
 
 Each shape that repeats goes through the sqlglot rewrite once (its first
 statement goes the direct way: a shape seen once costs what it always did),
-with a marker in place of
-each literal; the SELECT it returns becomes a template, and a statement's
-probe is its literals bound into the template by text. That is exactly what the
-sqlglot path would produce for the statement itself, because that path splices
-the statement's own text. It is checked, not assumed: a template is kept only
-if binding the literals of the statement it was made from gives the same text as rewriting
-that statement directly; a shape that fails the check (a marker that parsed
-differently) is rewritten statement by statement as before. Refusals (unsafe
-or nondeterministic functions, user variables, executable comments, locking
+with a marker in place of each literal; the SELECT it returns becomes a
+template, and a statement's probe is its literals bound into the template by
+text. That is exactly what the sqlglot path would produce for the statement
+itself, because that path splices the statement's own text. It is checked,
+not assumed: a template is kept only if binding the literals of the
+statement it was made from gives the same text as rewriting that statement
+directly; a shape that fails the check (a marker that parsed differently) is
+rewritten statement by statement as before. Refusals (unsafe or
+nondeterministic functions, user variables, executable comments, locking
 reads, subqueries it cannot rewrite) are decided by the same path once per
 shape and cached with it: none of them depend on a literal's value.
 

@@ -221,6 +221,7 @@ class PrefetchEngine:
         self.gate_state = control.UNMEASURED
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
+        self._gate_shut_in_window = False  # the slow comparison skips such windows
         self._appliers_sql: list[str] = [stall.appliers_sql(True), stall.appliers_sql(False)]
         self._appliers_warned = False
 
@@ -575,13 +576,18 @@ class PrefetchEngine:
         self._stall_probed = self.counters.rows_probed
         if self.state not in ("active", "backed_off"):
             # Caught up, paused or off: the SQL thread sleeps or does not run; the
-            # next backlog is measured for a second before probes start.
+            # next backlog is measured for a second before probes start. Meanwhile
+            # a few samples a second are enough.
             self.gate_state = control.Gate(False, "measuring the SQL thread before prefetching",
                                            None, True) if mon.threads else control.UNMEASURED
+            mon.hz = 5.0
             return
         w = control.stall_window(window, mon.headroom) if window is not None and mon.threads else None
         before = self.gate_state
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
+        mon.hz = 50.0 if self.gate_state.measured else 5.0
+        if not self.gate_state.open:
+            self._gate_shut_in_window = True
         if self.gate_state.open != before.open:
             log.info("prefetch gate: %s", self.gate_state.reason)
             if not self.gate_state.open:
@@ -661,7 +667,9 @@ class PrefetchEngine:
             pool_reads=int(reads - w0["reads"]) if reads >= 0 and w0["reads"] >= 0 else 10**9,
             in_time=self.counters.in_time - int(w0["in_time"]), late=self.counters.late - int(w0["late"]))
         self.counters.windows += 1
-        busy = applied > 0 or window.probed_rows > 0
+        # A window the fast gate kept (partly) shut is neither "with" nor "without".
+        busy = (applied > 0 or window.probed_rows > 0) and not self._gate_shut_in_window
+        self._gate_shut_in_window = not self.gate_state.open
         if busy:
             before = self.ctl
             self.ctl = control.evaluate(self.ctl, window, self.tuning, self._windows_since_compare)

@@ -305,6 +305,7 @@ class StallMonitor:
         self.headroom: float | None = None  # idle cores over the last sampling interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self.hz = 50.0  # samples a second; the engine lowers it while there is nothing to judge
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -345,10 +346,14 @@ class StallMonitor:
                 self.headroom = cpu_headroom(self._cpu, cpu, self.cpus)
             self._cpu = cpu
 
-    def start(self, hz: float = 50.0) -> None:
-        """Sample in a daemon thread (procfs reads never wait on a disk, but not on the loop)."""
+    def start(self, hz: float | None = None) -> None:
+        """Sample ``hz`` times a second in a daemon thread (procfs reads never wait on a
+        disk, but they are not the event loop's work either)."""
+        if hz is not None:
+            self.hz = hz
+
         def loop() -> None:
-            while not self._stop.wait(1.0 / hz):
+            while not self._stop.wait(1.0 / self.hz):
                 self.sample()
         self._stop.clear()
         self._thread = threading.Thread(target=loop, name="lagd-stall-sampler", daemon=True)

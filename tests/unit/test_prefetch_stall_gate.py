@@ -55,6 +55,13 @@ def test_after_probes_did_not_help_the_gate_holds_shut_then_measures_again() -> 
     assert g.open and g.baseline == 0.7 and g.grace == control.GRACE_WINDOWS
 
 
+def test_saturation_while_probing_holds_the_gate_shut_a_few_seconds() -> None:
+    g = stall_gate(OPEN, w(0.5, headroom=0.2), prefetching=True)
+    assert not g.open and g.hold == control.SATURATED_HOLD
+    shut_alone = stall_gate(SHUT, w(0.5, headroom=0.2), prefetching=False)
+    assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second
+
+
 def test_stall_window_shares() -> None:
     sw = control.stall_window({"on_cpu": 0.2, "cpu_wait": 0.1, "disk_read": 0.6, "other_wait": 0.1}, 1.5)
     assert sw == StallWindow(pytest.approx(1.0), pytest.approx(0.6), pytest.approx(0.3),  # type: ignore[arg-type]

@@ -266,6 +266,7 @@ class Gate:
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
 GRACE_WINDOWS = 1
 HOLD_WINDOWS = 10
+SATURATED_HOLD = 3
 CPU_SHARE = 0.6
 
 
@@ -284,8 +285,11 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         return gate
     pct = round(100 * w.read_share)
     if w.headroom is not None and w.headroom < MIN_HEADROOM:
+        # Saturated while probing: the probes are part of the load; stay off a few
+        # seconds rather than flap on and off every second.
+        hold = SATURATED_HOLD if gate.open and prefetching else max(0, gate.hold - 1)
         return Gate(False, f"the CPU is saturated ({w.headroom:.1f} idle cores): probes would take it"
-                           " from the SQL thread", None, True, 0, max(0, gate.hold - 1))
+                           " from the SQL thread", None, True, 0, hold)
     if gate.hold > 0:
         return replace(gate, hold=gate.hold - 1)
     if not gate.open or not prefetching or gate.baseline is None:

@@ -413,14 +413,17 @@ class PrefetchEngine:
     async def _poll_loop(self, stop: asyncio.Event) -> None:
         """Keep the latest status at hand: often while working, rarely while idle."""
         next_discovery = 0.0
+        was_running = False
         while not stop.is_set():
             self._sample = await self.monitor.poll()
             self._new_sample.set()
             now = self._clock()
-            if self.stall is not None and now >= next_discovery:
+            running = self._sample.status is not None and self._sample.status.sql_running
+            if self.stall is not None and (now >= next_discovery or running != was_running):
                 # The applier threads change on every START SLAVE and restart.
                 self.stall.set_threads(await self._appliers())
                 next_discovery = now + 2.0
+            was_running = running
             busy = self.state == "active"
             await asyncio.sleep(self.poll_active if busy else self.poll_idle)
 

@@ -55,7 +55,7 @@ def test_the_engine_measures_the_sql_thread_and_gates_on_it(cold_pair: Sandbox) 
     sb.start_io_thread()
     wait_received(sb)
     snap, gates = asyncio.run(_run(sb))
-    st = snap.stall
+    st = snap
     print("stall:", st, "gates:", gates)
     assert st is not None and st["threads"] == [], "after the catch-up the SQL thread is found again"
     assert sum(st["seconds"].values()) > 0, "the SQL thread's time was measured"
@@ -87,6 +87,6 @@ async def _run(sb: Sandbox) -> tuple[Any, list[str]]:
     await asyncio.sleep(2.5)  # the next discovery finds none
     stop.set()
     await task
-    snap = engine.snapshot()
+    snap = engine.stall_snapshot()
     await asyncio.to_thread(sb.start_sql_thread)
     return snap, gates

@@ -98,9 +98,6 @@ class PrefetchSnapshot:
     probe_latency_avg: float | None
     cursor: str | None
     pool: dict[str, Any]
-    # The applier threads' time split (stall.StallMonitor.snapshot) and the fast
-    # gate's verdict; None when not measured.
-    stall: dict[str, Any] | None = None
 
 
 _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
@@ -691,10 +688,6 @@ class PrefetchEngine:
         pc = self.pool.counters
         state = "backed_off" if not self._enabled and self.state == "active" else self.state
         why_off = self.ctl.reason if not self.ctl.enabled else self.gate_state.reason
-        stall_view = None
-        if self.stall is not None:
-            stall_view = {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
-                          "gate_open": self.gate_state.open, "gate_reason": self.gate_state.reason}
         return PrefetchSnapshot(
             state=state, reason=why_off if state == "backed_off" else self.reason,
             counters={**{k: getattr(c, k) for k in _COUNTER_FIELDS if k != "skipped"},
@@ -710,8 +703,17 @@ class PrefetchEngine:
                   "timed_out": pc.timed_out, "refused": pc.refused, "rows_found": pc.rows_found,
                   "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
                   "last_error": self.pool.last_error},
-            stall=stall_view,
         )
+
+    def stall_snapshot(self) -> dict[str, Any] | None:
+        """The applier threads' time split and the fast gate's verdict, for /status and
+        metrics (``seconds``: cumulative per state, for ``lagd_sql_thread_seconds_total``);
+        None when the engine does not measure (adaptive control off)."""
+        if self.stall is None:
+            return None
+        return {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
+                "gate_open": self.gate_state.open, "gate_reason": self.gate_state.reason,
+                "schema": self.gate.snapshot()}
 
 
 def with_limits(engine: PrefetchEngine, limits: control.Limits) -> None:

@@ -231,6 +231,9 @@ class GatedResolver:
         self.gate.met(names)
         self.inner.invalidate(names)
 
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # lookups, failures, last_error, close() of the inner one
+
 
 def forget(decoder: Any, gate: SchemaGate, tables: list[str] | None) -> None:
     """Drop cached definitions (decoder's and resolver's) without it counting as a DDL met."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from test_rewrite_sql import ACCEPTED, REFUSED
 
@@ -175,3 +177,67 @@ def test_excluded_schemas_are_refused_per_statement() -> None:
     b = StatementBatcher(16, wants=lambda schema: schema != "mysql")
     probes, refused = b.add(Statement("mysql", "DELETE FROM t WHERE id = 1", 0, 0))
     assert probes == [] and refused is not None and refused.skipped == "schema_excluded"
+
+
+def random_literal(rng: random.Random, string: bool, old: str) -> str:
+    if string:
+        quote = old[0] if old[:1] in ("'", '"') else "'"
+        body = []
+        for _ in range(rng.randint(0, 8)):
+            c = rng.choice(["a", "Z", "0", " ", "%", ";", "-", "#", "/*", "*/", "ü", "日", "\\\\", "\\n",
+                            quote * 2, "\\" + quote, "`", "?", "@x", "${"])
+            body.append(c)
+        return quote + "".join(body) + quote
+    if "," in old:  # an IN list keeps being a list
+        return ", ".join(str(rng.randint(-10**6, 10**6)) for _ in range(rng.randint(1, 6)))
+    if old.lower().startswith(("0x", "x'")):
+        return rng.choice([f"0x{rng.getrandbits(24):x}", f"x'{rng.getrandbits(16):04x}'"])
+    if old.lower().startswith(("0b", "b'")):
+        return rng.choice([f"0b{rng.getrandbits(5):b}", f"b'{rng.getrandbits(5):b}'"])
+    # Of the same kind as the original: the statements in a log ran on the source, so a
+    # literal where MySQL takes only an unsigned integer (DECIMAL(10, 2), LIMIT) stays one.
+    sign = "-" if old.startswith("-") else ""
+    if any(c in old for c in ".eE"):
+        return sign + rng.choice([f"{rng.random() * 1000:.4f}", "1e3", ".5", f"{rng.randint(1, 9)}.0e-2"])
+    return sign + str(rng.randint(0 if not sign else 1, 10**9))
+
+
+@pytest.mark.parametrize(("sql", "select"), [a[1:] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
+def test_templates_match_the_sqlglot_path_for_random_literals(sql: str, select: str) -> None:
+    """Property: whatever the literals, binding them into the shape's template gives the
+    text the sqlglot path gives for the statement itself."""
+    cut = fingerprint(sql)
+    assert cut is not None
+    shape, lits, strs = cut
+    t = build_template(shape, lits, strs, sql, "s")
+    assert t.verified and t.refusal is None
+    rng = random.Random(sql)
+    pieces = shape.split("\0")
+    for _ in range(20):
+        new = tuple(random_literal(rng, s, old) for s, old in zip(strs, lits, strict=True))
+        variant = "".join(p + v for p, v in zip(pieces, [*new, ""], strict=True))
+        again = fingerprint(variant)
+        if again is None or again[0] != shape:
+            continue  # e.g. a negative number where a minus sign already stood: another shape
+        direct = rewrite_statement_sql(variant, "s").probe
+        assert direct is not None, variant
+        assert t.bind(again[1]) == direct.sql, variant
+
+
+@pytest.mark.parametrize(("sql", "skipped"), [r[1:] for r in REFUSED if "\udcff" not in r[1]],
+                         ids=[r[0] for r in REFUSED if "\udcff" not in r[1]])
+def test_refusals_hold_for_random_literals(sql: str, skipped: str) -> None:
+    cut = fingerprint(sql)
+    assert cut is not None
+    shape, lits, strs = cut
+    t = build_template(shape, lits, strs, sql, "s")
+    assert t.refusal is not None and t.refusal.skipped == skipped
+    rng = random.Random(sql)
+    pieces = shape.split("\0")
+    for _ in range(10):
+        new = tuple(random_literal(rng, s, old) for s, old in zip(strs, lits, strict=True))
+        variant = "".join(p + v for p, v in zip(pieces, [*new, ""], strict=True))
+        again = fingerprint(variant)
+        if again is None or again[0] != shape:
+            continue
+        assert rewrite_statement_sql(variant, "s").skipped == skipped, variant

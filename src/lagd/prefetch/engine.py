@@ -16,8 +16,6 @@ import collections
 import contextlib
 import dataclasses
 import logging
-import queue
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -27,6 +25,7 @@ from lagd.lag_rates import DecayingRate
 from lagd.mysql.errors import Kind
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control, stall
+from lagd.prefetch.offloop import OneThread
 from lagd.prefetch.pool import Outcome, ProbePool
 from lagd.prefetch.schema_gate import GatedResolver, SchemaGate, changes_schema, ddl_tables, forget
 from lagd.relaylog import (
@@ -103,59 +102,6 @@ class PrefetchSnapshot:
 _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
 
 
-class _CursorThread:
-    """One daemon thread for the cursor's blocking work.
-
-    ``reader.read()`` reads files and, at a new table definition, queries
-    information_schema (under a socket read timeout): neither may stall the
-    event loop, where /healthz, /metrics and SIGTERM are served. One
-    long-lived thread rather than one per read: reads come hundreds of times a
-    second during a catch-up. Daemon: a read stuck on a hung replica never
-    keeps the process alive at exit. Calls run one at a time, in order, so
-    the reader is never used by two threads at once.
-    """
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._main, name="lagd-prefetch-cursor", daemon=True)
-            self._thread.start()
-        self._queue.put((loop, fut, fn, args))
-        return await fut
-
-    def close(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread = None
-
-    def _main(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            loop, fut, fn, args = item
-            try:
-                result, ok = fn(*args), True
-            except BaseException as e:  # handed to the awaiting task, raised there
-                result, ok = e, False
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle, fut, ok, result)
-
-
-def _settle(fut: asyncio.Future[Any], ok: bool, result: Any) -> None:
-    if fut.done():  # the awaiting task was cancelled
-        return
-    if ok:
-        fut.set_result(result)
-    else:
-        fut.set_exception(result)
-
-
 class PrefetchEngine:
     def __init__(self, reader: RelayLogReader, monitor: ReplicaMonitor, pool: ProbePool,
                  batcher: Any, limits: control.Limits, tuning: control.Tuning, *,
@@ -212,7 +158,7 @@ class PrefetchEngine:
         self._ddl: list[tuple[str, ...] | None] = []
         self._schema_stale: set[str] = set()  # probes failed on them: drop their definitions
         self._read_budget = 0  # bytes _step asks the loop to read off the loop thread
-        self._cursor = _CursorThread()
+        self._cursor = OneThread("lagd-prefetch-cursor")
         # The fast gate (control.stall_gate): about a second of the SQL thread's own time.
         self.stall = stall_monitor if tuning.adaptive else None
         self.gate_state = control.UNMEASURED
@@ -332,7 +278,7 @@ class PrefetchEngine:
             self._lead_pages += p.rows
 
     async def _read(self, budget: int) -> None:
-        """Read on, in the cursor's thread (see _CursorThread), then account on the loop."""
+        """Read on in the cursor's own thread (files, information_schema), then account on the loop."""
         self._forget_stale()
         self._consume(await self._cursor.call(self.reader.read, budget))
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+from types import SimpleNamespace
+
 import pytest
 
 from lagd.prefetch import control
@@ -129,3 +132,28 @@ def test_without_visible_threads_the_gate_stays_open() -> None:
         fake.add(on_cpu=1.0)
         eng._gate_check()
     assert eng.gate_state == control.UNMEASURED
+
+
+class FakeMonitor:
+    """MySQL: PROCESSLIST has no TID column, performance_schema answers."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def query(self, sql: str) -> list[dict[str, object]]:
+        self.asked.append(sql)
+        if "PROCESSLIST" in sql:
+            raise RuntimeError("(1054, \"Unknown column 'TID' in 'field list'\")")
+        return [{"tid": 41, "role": "thread/sql/replica_sql"}, {"tid": 40, "role": "thread/sql/replica_io"}]
+
+
+def test_applier_threads_are_found_through_the_flavor_that_answers() -> None:
+    eng, _ = engine_with(FakeStall())
+    mon = FakeMonitor()
+    eng.monitor = mon  # type: ignore[assignment]
+    eng._sample = SimpleNamespace(status=SimpleNamespace(sql_running=True))  # type: ignore[assignment]
+    assert asyncio.run(eng._appliers()) == (41,)
+    assert asyncio.run(eng._appliers()) == (41,)
+    assert [("PROCESSLIST" in q) for q in mon.asked] == [True, False, False]  # the MySQL way, remembered
+    eng._sample = SimpleNamespace(status=SimpleNamespace(sql_running=False))  # type: ignore[assignment]
+    assert asyncio.run(eng._appliers()) == ()

@@ -216,7 +216,7 @@ def test_statement_probes_select_the_rows_the_statement_touches(
 ) -> None:
     sb, schema, reader = loaded
     conn = probe_conn(sb)
-    batcher = ProbeBatcher()
+    batcher = ProbeBatcher(max_keys=1)  # one probe per statement, in order (no batching by shape)
     try:
         write(sb, schema, [s for s, _ in STATEMENTS] + [
             "INSERT INTO t_nokey VALUES (3, 3)",
@@ -228,5 +228,24 @@ def test_statement_probes_select_the_rows_the_statement_touches(
             assert run(conn, p) == rows, (statement, p.sql)
             assert p.source_time is not None and p.source_time > 1_700_000_000
         assert dict(batcher.skipped) == {"insert_statement": 1, "user_variable": 1}
+    finally:
+        conn.close()
+
+
+def test_statements_of_one_shape_are_probed_together(loaded: tuple[Sandbox, str, RelayLogReader]) -> None:
+    """Statement-based single-row UPDATEs, as MIXED logs them: one IN-list probe per 16."""
+    sb, schema, reader = loaded
+    conn = probe_conn(sb)
+    batcher = ProbeBatcher()
+    ids = list(range(5000, 5040))
+    try:
+        write(sb, schema, [f"UPDATE t_int SET v = 'b{i}' WHERE id = {i}" for i in ids]
+              + ["UPDATE t_int SET v = 'b' WHERE id = 5000"], binlog_format="STATEMENT")
+        probes = probes_of(reader, batcher, schema)
+        # The shape's first statement goes the direct way; 5000 again: its batch has left.
+        assert [p.rows for p in probes] == [1, 16, 16, 8]
+        assert all(p.sql.startswith(f"SELECT * FROM `{schema}`.t_int WHERE id IN (") for p in probes[1:])
+        assert sum(run(conn, p) for p in probes) == len(ids) + 1
+        assert batcher.statements.stats["shapes"] == 1  # literals differ, the shape does not
     finally:
         conn.close()

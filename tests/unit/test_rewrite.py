@@ -259,6 +259,8 @@ def test_schema_filters() -> None:
     assert b.add_statement(Statement("mysql", "DELETE FROM user WHERE 0", 0, 0)) == ()
     assert b.skipped["schema_excluded"] == 3
     assert len(b.add_statement(Statement("shop", "DELETE FROM t WHERE id = 1", 0, 0))) == 1
+    assert b.add_statement(Statement("shop", "DELETE FROM t WHERE id = 2", 0, 0)) == ()  # batched
+    assert len(b.flush()) == 1
 
 
 def test_not_null_unique_key_is_the_clustered_index() -> None:

@@ -22,9 +22,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lagd.lag_rates import DecayingRate
+from lagd.mysql.errors import Kind
 from lagd.mysql.monitor import ReplicaMonitor, Sample
-from lagd.prefetch import control
+from lagd.prefetch import control, stall
+from lagd.prefetch.offloop import OneThread
 from lagd.prefetch.pool import Outcome, ProbePool
+from lagd.prefetch.schema_gate import GatedResolver, SchemaGate, changes_schema, ddl_tables, forget
 from lagd.relaylog import (
     CorruptEvent,
     Ddl,
@@ -73,6 +76,7 @@ class PrefetchCounters:
     resyncs: int = 0
     corrupt: int = 0
     windows: int = 0
+    schema_errors: int = 0  # probes that failed on a missing index, column or table
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,8 @@ _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
 class PrefetchEngine:
     def __init__(self, reader: RelayLogReader, monitor: ReplicaMonitor, pool: ProbePool,
                  batcher: Any, limits: control.Limits, tuning: control.Tuning, *,
-                 window_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 window_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic,
+                 stall_monitor: stall.StallMonitor | None = None) -> None:
         self.reader = reader
         self.monitor = monitor
         self.pool = pool
@@ -145,6 +150,23 @@ class PrefetchEngine:
         self._start_probation()
         self._probation_from = 0  # rows_probed when the last quick check judged
         pool._on_done = self._on_done  # the engine accounts for every probe
+        self.gate = SchemaGate()
+        decoder = getattr(reader, "decoder", None)
+        if decoder is not None:  # every table definition the cursor resolves passes the gate
+            decoder.resolver = GatedResolver(decoder.resolver, self.gate)
+        # A DDL's tables (None: all) until its transaction's end is read.
+        self._ddl: list[tuple[str, ...] | None] = []
+        self._schema_stale: set[str] = set()  # probes failed on them: drop their definitions
+        self._read_budget = 0  # bytes _step asks the loop to read off the loop thread
+        self._cursor = OneThread("lagd-prefetch-cursor")
+        # The fast gate (control.stall_gate): about a second of the SQL thread's own time.
+        self.stall = stall_monitor if tuning.adaptive else None
+        self.gate_state = control.UNMEASURED
+        self._stall_seen: dict[str, float] = {}
+        self._stall_probed = 0
+        self._gate_shut_in_window = False  # the slow comparison skips such windows
+        self._appliers_sql: list[str] = [stall.appliers_sql(True), stall.appliers_sql(False)]
+        self._appliers_warned = False
 
     # ----- accounting ---------------------------------------------------
 
@@ -161,6 +183,12 @@ class PrefetchEngine:
         if outcome.status != "ok" and trx is not None:
             trx.probed -= probe.rows
             self._lead_pages -= probe.rows
+        if outcome.status == "error" and getattr(outcome, "kind", None) == Kind.SCHEMA:
+            # The definition it was built from is not the replica's: resolve the
+            # table again (once, between reads) rather than fail on every row.
+            self.counters.schema_errors += 1
+            self.gate.schema_errors += 1
+            self._schema_stale.add(f"{probe.schema}.{probe.table}")
 
     def _sql_seq_estimate(self) -> float:
         """The newest transaction the SQL thread has applied, extrapolated from
@@ -234,7 +262,11 @@ class PrefetchEngine:
         # A batch can hold keys of several transactions; it is tagged with the
         # oldest, so "in time" means in time for all of them.
         tag = self._pending_seq if self._pending_seq is not None else self._seq
+        held = self.gate.held_names
         for p in probes:
+            if held and p.kind == "statement" and self.gate.held(f"{p.schema}.{p.table}"):
+                self._skip("schema_pending")  # a statement on a table whose DDL is not applied yet
+                continue
             if not self.pool.submit(p, tag):
                 self._skip("pool_full")
                 continue
@@ -245,13 +277,28 @@ class PrefetchEngine:
                 trx.probed += p.rows
             self._lead_pages += p.rows
 
-    def _read(self, budget: int) -> None:
-        batch = self.reader.read(budget)
+    async def _read(self, budget: int) -> None:
+        """Read on in the cursor's own thread (files, information_schema), then account on the loop."""
+        self._forget_stale()
+        self._consume(await self._cursor.call(self.reader.read, budget))
+
+    def _forget_stale(self) -> None:
+        if self._schema_stale:
+            stale, self._schema_stale = list(self._schema_stale), set()
+            forget(self.reader.decoder, self.gate, [t.casefold() for t in stale])
+
+    def _consume(self, batch: list[Any]) -> None:
         c = self.counters
         c.events += len(batch)
+        gate = self.gate
+        held = gate.held_names
         for e in batch:
             if isinstance(e, RowChange):
                 c.row_changes += 1
+                if held and gate.held(e.table.qualified):
+                    # Its definition changes before the SQL thread gets here: no probe.
+                    self._skip("schema_pending")
+                    continue
                 cur = self._current
                 if cur is not None:
                     cur.rows += 1
@@ -273,16 +320,26 @@ class PrefetchEngine:
                     cur.bytes = e.size
                     self._lead_bytes += e.size
                 self._current = None
+                if self._ddl:
+                    # Held until the SQL thread has applied the DDL's whole transaction.
+                    gate.hold(self._ddl.pop(), self._key(e.relay_file, e.relay_offset))
             elif isinstance(e, Statement):
                 self._submit(self.batcher.add_statement(e))
             elif isinstance(e, Ddl):
-                # Probes past a DDL would run against the old definition.
+                # Keys read before the DDL match the definition the replica has now.
                 self._submit(self.batcher.flush())
+                if changes_schema(e.sql):
+                    names = ddl_tables(e.sql, e.schema)  # None: any table may have changed
+                    if names != ():
+                        self._ddl.append(names)
             elif isinstance(e, Resynced):
                 c.resyncs += 1
                 self._reset_window()
             elif isinstance(e, CorruptEvent):
                 c.corrupt += 1
+        while self._ddl:  # its end is not read yet: hold to the cursor's position
+            gate.hold(self._ddl.pop(), self._key(self.reader.position.file, self.reader.position.offset))
+        forget(self.reader.decoder, gate, gate.placed())
         self._submit(self.batcher.flush())
         self._pending_seq = None
 
@@ -298,11 +355,44 @@ class PrefetchEngine:
 
     async def _poll_loop(self, stop: asyncio.Event) -> None:
         """Keep the latest status at hand: often while working, rarely while idle."""
+        next_discovery = 0.0
+        was_running = False
         while not stop.is_set():
             self._sample = await self.monitor.poll()
             self._new_sample.set()
+            now = self._clock()
+            running = self._sample.status is not None and self._sample.status.sql_running
+            if self.stall is not None and (now >= next_discovery or running != was_running):
+                # The applier threads change on every START SLAVE and restart.
+                self.stall.set_threads(await self._appliers())
+                next_discovery = now + 2.0
+            was_running = running
             busy = self.state == "active"
             await asyncio.sleep(self.poll_active if busy else self.poll_idle)
+
+    async def _appliers(self) -> tuple[int, ...]:
+        """The applier threads' OS ids; () when they cannot be seen (said once)."""
+        st = self._sample.status if self._sample is not None else None
+        if st is None or not st.sql_running:
+            return ()
+        for sql in list(self._appliers_sql):
+            try:
+                tids = stall.applier_tids(await self.monitor.query(sql))
+            except Exception as e:  # e.g. MySQL has no PROCESSLIST.TID: try the other flavor's
+                if len(self._appliers_sql) > 1:
+                    self._appliers_sql.remove(sql)
+                    continue
+                why = f"cannot list the SQL thread's OS thread: {e}"
+                tids = ()
+            else:
+                self._appliers_sql = [sql]
+                why = ("the SQL thread is not visible to lagd: grant it PROCESS (MariaDB) or SELECT on"
+                       " performance_schema.threads (MySQL) to measure where its time goes")
+            if not tids and not self._appliers_warned:
+                self._appliers_warned = True
+                log.info("%s; prefetch falls back to the with/without comparison", why)
+            return tids
+        return ()
 
     async def run(self, stop: asyncio.Event) -> None:
         self.pool.start()
@@ -313,6 +403,9 @@ class PrefetchEngine:
         last_quick = 0.0
         await self._start_window()
         self._checked_rows, self._checked_reads = self.counters.rows_done, self._win["reads"]
+        next_gate = self._clock() + 1.0
+        if self.stall is not None:
+            self.stall.start()
         try:
             while not stop.is_set():
                 if self._sample is None:
@@ -320,6 +413,9 @@ class PrefetchEngine:
                     continue
                 now = self._clock()
                 delay = self._step(self._sample, now)
+                if self._read_budget:
+                    budget, self._read_budget = self._read_budget, 0
+                    await self._read(budget)
                 if now >= next_window:
                     await self._end_window(now)
                     next_window = now + self.window_seconds
@@ -330,6 +426,9 @@ class PrefetchEngine:
                     # must not pay for probes for a whole window.
                     await self._quick_check(now)
                     next_check, last_quick = now + 1.0, now
+                if now >= next_gate:
+                    self._gate_check()
+                    next_gate = now + 1.0
                 if delay > 0:
                     # Until the next status (the SQL thread may have moved) or the delay.
                     self._new_sample.clear()
@@ -340,6 +439,9 @@ class PrefetchEngine:
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
+            if self.stall is not None:
+                self.stall.stop()
+            self._cursor.close()
             await self.pool.close()
 
     def _step(self, sample: Sample, now: float) -> float:
@@ -351,6 +453,7 @@ class PrefetchEngine:
         key = self._key(pos.file, pos.offset)
         moved_back = self._sql_pos is not None and key < self._sql_pos
         applied = self._advance_sql(key, now)
+        self._follow_schema(key, moved_back)
         self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
         if not st.sql_running:
             self.state, self.reason = "paused", "the SQL thread is stopped"
@@ -379,7 +482,7 @@ class PrefetchEngine:
             return 0.25
         step = control.decide_step(
             sql_running=True, overtaken=overtaken, at_tail=self.reader.at_tail,
-            enabled=self.ctl.enabled, lead=self._lead(now),
+            enabled=self._enabled, lead=self._lead(now),
             target_transactions=self.ctl.target_transactions, limits=self.limits)
         self.reason = step.reason
         if step.action == "jump":
@@ -394,14 +497,61 @@ class PrefetchEngine:
                     self.pool.queued + self.pool.busy >= _PROBATION_IN_FLIGHT
                     or self.counters.rows_probed - self._probation_from >= _PROBATION_ROWS):
                 return 0.002  # on probation: a trickle until the quick check sees disk reads
-            self._read(64 * 1024)
+            self._read_budget = 64 * 1024
             return 0.0
         if step.action == "idle":
             self.reader.at_tail = False  # look again next time
             self.state = "active"
             return 0.02
-        self.state = "backed_off" if not self.ctl.enabled else "active"
-        return 0.01 if self.ctl.enabled else 0.1
+        self.state = "backed_off" if not self._enabled else "active"
+        return 0.01 if self._enabled else 0.1
+
+    @property
+    def _enabled(self) -> bool:
+        return self.ctl.enabled and self.gate_state.open
+
+    def _gate_check(self) -> None:
+        """Every second: what the SQL thread's time says about prefetching now."""
+        mon = self.stall
+        if mon is None:
+            return
+        seen = mon.totals()
+        window = stall.window(self._stall_seen, seen) if self._stall_seen else None
+        self._stall_seen = seen
+        probed = self.counters.rows_probed - self._stall_probed
+        self._stall_probed = self.counters.rows_probed
+        if self.state not in ("active", "backed_off"):
+            # Caught up, paused or off: the SQL thread sleeps or does not run; the
+            # next backlog is measured for a second before probes start. Meanwhile
+            # a few samples a second are enough.
+            self.gate_state = control.Gate(False, "measuring the SQL thread before prefetching",
+                                           None, True) if mon.threads else control.UNMEASURED
+            mon.hz = 5.0
+            return
+        w = control.stall_window(window, mon.headroom) if window is not None and mon.threads else None
+        before = self.gate_state
+        self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
+        mon.hz = 50.0 if self.gate_state.measured else 5.0
+        if not self.gate_state.open:
+            self._gate_shut_in_window = True
+        if self.gate_state.open != before.open:
+            log.info("prefetch gate: %s", self.gate_state.reason)
+            if not self.gate_state.open:
+                self.pool.drop_queued()
+
+    def _follow_schema(self, sql_pos: tuple[int, int], moved_back: bool) -> None:
+        """Release the tables whose DDL the SQL thread has applied: their next table
+        map is resolved from the replica as it is now."""
+        decoder = getattr(self.reader, "decoder", None)
+        if moved_back:
+            # A relay log started anew: positions held are of another numbering.
+            had = bool(self.gate.held_names)
+            self.gate.release_all()
+            if had and decoder is not None:
+                forget(decoder, self.gate, None)
+            return
+        if self.gate.held_names and decoder is not None:
+            forget(decoder, self.gate, self.gate.release(sql_pos))
 
     async def _start_window(self) -> None:
         self._win = {"t0": self._clock(), "probed": self.counters.rows_done,
@@ -463,7 +613,9 @@ class PrefetchEngine:
             pool_reads=int(reads - w0["reads"]) if reads >= 0 and w0["reads"] >= 0 else 10**9,
             in_time=self.counters.in_time - int(w0["in_time"]), late=self.counters.late - int(w0["late"]))
         self.counters.windows += 1
-        busy = applied > 0 or window.probed_rows > 0
+        # A window the fast gate kept (partly) shut is neither "with" nor "without".
+        busy = (applied > 0 or window.probed_rows > 0) and not self._gate_shut_in_window
+        self._gate_shut_in_window = not self.gate_state.open
         if busy:
             before = self.ctl
             self.ctl = control.evaluate(self.ctl, window, self.tuning, self._windows_since_compare)
@@ -480,9 +632,10 @@ class PrefetchEngine:
         lead = self._lead(now)
         c = self.counters
         pc = self.pool.counters
-        state = "backed_off" if not self.ctl.enabled and self.state == "active" else self.state
+        state = "backed_off" if not self._enabled and self.state == "active" else self.state
+        why_off = self.ctl.reason if not self.ctl.enabled else self.gate_state.reason
         return PrefetchSnapshot(
-            state=state, reason=self.ctl.reason if state == "backed_off" else self.reason,
+            state=state, reason=why_off if state == "backed_off" else self.reason,
             counters={**{k: getattr(c, k) for k in _COUNTER_FIELDS if k != "skipped"},
                       "skipped": {**dict(c.skipped), **dict(getattr(self.batcher, "skipped", {}))}},
             lead_transactions=lead.transactions, lead_rows=lead.rows, lead_bytes=lead.bytes,
@@ -497,6 +650,16 @@ class PrefetchEngine:
                   "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
                   "last_error": self.pool.last_error},
         )
+
+    def stall_snapshot(self) -> dict[str, Any] | None:
+        """The applier threads' time split and the fast gate's verdict, for /status and
+        metrics (``seconds``: cumulative per state, for ``lagd_sql_thread_seconds_total``);
+        None when the engine does not measure (adaptive control off)."""
+        if self.stall is None:
+            return None
+        return {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
+                "gate_open": self.gate_state.open, "gate_reason": self.gate_state.reason,
+                "schema": self.gate.snapshot()}
 
 
 def with_limits(engine: PrefetchEngine, limits: control.Limits) -> None:

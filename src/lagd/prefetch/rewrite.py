@@ -42,6 +42,7 @@ from operator import itemgetter
 from typing import Any
 
 from lagd.errors import LagdError
+from lagd.prefetch.fingerprint import StatementBatcher
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, index_probe_sql, rewrite_statement
 from lagd.relaylog.events import Ddl, Index, LoadData, RowChange, RowKind, Statement, TableInfo
 
@@ -198,6 +199,7 @@ class ProbeBatcher:
         self.duplicates = 0  # of those, already waiting in their batch
         self._plans: dict[int, TablePlan] = {}
         self._waiting: dict[_Batch, None] = {}  # batches holding keys, oldest first
+        self.statements = StatementBatcher(max_keys, self.wants)
 
     @property
     def pending(self) -> int:
@@ -223,6 +225,7 @@ class ProbeBatcher:
         for batch in self._waiting:
             batch.keys = {}
         self._waiting.clear()
+        self.statements.reset()
 
     def feed(self, event: object) -> Sequence[Probe]:
         """Any relay-log event: row changes and statements become probes."""
@@ -237,15 +240,12 @@ class ProbeBatcher:
         return _NO_PROBES
 
     def add_statement(self, stmt: Statement) -> Sequence[Probe]:
-        verdict = rewrite_statement(stmt)
-        probe = verdict.probe
-        if probe is None:
-            self._skip(verdict.skipped or "unsupported_statement", verdict.reason)
-            return _NO_PROBES
-        if not self.wants(probe.schema):
-            self._skip("schema_excluded", f"{probe.schema} is excluded from prefetch")
-            return _NO_PROBES
-        return (probe,)
+        """A statement's probe through its shape's cached template (see fingerprint.py);
+        statements of one batchable shape wait for ``max_keys`` values or ``flush``."""
+        probes, refused = self.statements.add(stmt)
+        if refused is not None:
+            self._skip(refused.skipped or "unsupported_statement", refused.reason)
+        return probes or _NO_PROBES
 
     def add(self, change: RowChange) -> Sequence[Probe]:
         self.rows += 1
@@ -363,8 +363,8 @@ class ProbeBatcher:
 
     def flush(self) -> list[Probe]:
         """Every waiting key, as probes (oldest batch first)."""
-        probes = (self._emit(b) for b in list(self._waiting))
-        return [p for p in probes if p is not None]
+        probes = [p for p in (self._emit(b) for b in list(self._waiting)) if p is not None]
+        return probes + self.statements.flush()
 
     def _skip(self, reason: str, detail: str) -> None:
         self.skipped[reason] += 1

@@ -15,6 +15,7 @@ from lagd.mysql.replica import relay_log_index
 from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine
 from lagd.prefetch.pool import ProbePool
+from lagd.prefetch.stall import StallMonitor
 from lagd.relaylog import InformationSchemaResolver, LogFiles, RelayLogError, RelayLogReader, RelayPosition
 
 # relay_log_index lives in lagd.mysql.replica; re-exported while callers move there.
@@ -108,4 +109,4 @@ async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factor
     tuning = control.Tuning(opts.min_lead_transactions, opts.max_lead_transactions,
                             max(1, opts.connections // 2), opts.connections, opts.adaptive)
     return PrefetchEngine(reader, monitor, pool, batcher_factory(opts), limits, tuning,
-                          window_seconds=opts.evaluate_window_seconds)
+                          window_seconds=opts.evaluate_window_seconds, stall_monitor=StallMonitor())

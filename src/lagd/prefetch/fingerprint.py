@@ -1,0 +1,256 @@
+"""Statement-based DML at row-event cost: rewrite each statement *shape* once.
+
+``rewrite_statement_sql`` parses a statement with sqlglot (about 220 µs) and
+its cache is keyed by the exact text, so a stream of ``UPDATE t SET c = c + 1
+WHERE id = 17`` with a different id each time parses every one. Here a
+statement is cut, with one regular expression, into its *shape* (the text with
+every literal taken out) and its literals:
+
+- strings ('...' and "...", backslash escapes and doubled quotes), numbers
+  (a unary minus folded in), hex and bit literals (x'..', 0x.., b'..', 0b..)
+  are literals; a flat ``IN (1, 2, 3)`` list is one literal, so lists of any
+  length share a shape;
+- everything else stays in the shape, verbatim: keywords, identifiers
+  (backtick-quoted ones skipped whole), comments, whitespace, user and system
+  variables, function calls.
+
+Each shape that repeats goes through the sqlglot rewrite once (its first
+statement goes the direct way: a shape seen once costs what it always did),
+with a marker in place of each literal; the SELECT it returns becomes a
+template, and a statement's probe is its literals bound into the template by
+text. That is exactly what the sqlglot path would produce for the statement
+itself, because that path splices the statement's own text. It is checked,
+not assumed: a template is kept only if binding the literals of the
+statement it was made from gives the same text as rewriting that statement
+directly; a shape that fails the check (a marker that parsed differently) is
+rewritten statement by statement as before. Refusals (unsafe or
+nondeterministic functions, user variables, executable comments, locking
+reads, subqueries it cannot rewrite) are decided by the same path once per
+shape and cached with it: none of them depend on a literal's value.
+
+A shape whose SELECT is ``SELECT * FROM <one table> WHERE <col> = ?`` (or ``IN
+(...)``) is batched like row probes: the values of up to ``max_keys``
+statements go into one ``<col> IN (...)``. ``Probe.rows`` counts the
+statements a probe covers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql
+from lagd.relaylog.events import Statement
+
+_SCAN = re.compile(
+    r"""(?P<q>'(?:[^'\\]|\\.|'')*'|"(?:[^"\\]|\\.|"")*")"""  # a string literal
+    r"|`(?:[^`]|``)*`"  # a quoted identifier: part of the shape
+    r"|/\*.*?\*/|--(?=[ \t\r\n]|$)[^\n]*|\#[^\n]*"  # a comment: part of the shape
+    r"|(?P<h>(?<![\w$@.])(?:[xX]'[0-9a-fA-F]*'|[bB]'[01]*'|0x[0-9a-fA-F]+|0b[01]+)(?![\w$]))"
+    r"|(?P<n>(?<![\w$@.])(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w$]))",
+    re.S,
+)
+_UNARY_BEFORE = frozenset("=<>(,")  # a minus after one of these is a sign, not a subtraction
+_IN_OPEN = re.compile(r"\bIN\s*\(\s*$", re.I)
+_LIST_SEP = re.compile(r"\s*,\s*")
+_LIST_CLOSE = re.compile(r"\s*\)")
+# Markers: literals of the same class that no statement contains (every literal is replaced).
+_STR_MARK = "'~lagd:{}~'"
+_NUM_MARK = "97531{:05d}86420"
+_MARKS = re.compile(r"'~lagd:(\d+)~'|97531(\d{5})86420")
+_NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
+_MARK = r"(?:'~lagd:\d+~'|97531\d{5}86420)"
+_BATCHABLE = re.compile(
+    rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<col>{_NAME}(?:\.{_NAME})*)"
+    rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*", re.I | re.S)
+_CACHE_LIMIT = 4096  # shapes; a stream of one-off shapes must not grow memory without end
+
+
+def fingerprint(sql: str) -> tuple[str, tuple[str, ...], tuple[bool, ...]] | None:
+    """(shape, literal texts, which literals are strings), or None when the text
+    cannot be cut safely (not valid UTF-8)."""
+    if "\0" in sql:
+        return None
+    if not sql.isascii():
+        try:
+            sql.encode("utf-8")
+        except UnicodeEncodeError:
+            return None  # the sqlglot path refuses it; binding it would send bytes the driver cannot
+    pieces: list[str] = []
+    lits: list[str] = []
+    strs: list[bool] = []
+    lists: list[int] = []  # literals that are flat IN lists
+    last = 0
+    for m in _SCAN.finditer(sql):
+        kind = m.lastgroup
+        if kind is None:
+            continue
+        start, end = m.span()
+        piece = sql[last:start]
+        if kind == "n" and piece.endswith("-") and (piece[:-1].rstrip()[-1:] in _UNARY_BEFORE):
+            piece, start = piece[:-1], start - 1
+        if lits and strs[-1] == (kind == "q") and _LIST_SEP.fullmatch(piece) and in_list(pieces):
+            # The next value of a flat IN list: one literal with the values before it.
+            lits[-1] = lits[-1] + piece + sql[start:end]
+            if not lists or lists[-1] != len(lits) - 1:
+                lists.append(len(lits) - 1)
+            last = end
+            continue
+        pieces.append(piece)
+        lits.append(sql[start:end])
+        strs.append(kind == "q")
+        last = end
+    pieces.append(sql[last:])
+    for i in lists:  # values of mixed kinds: not one list after all (rare; the slow path takes it)
+        if not _LIST_CLOSE.match(pieces[i + 1]):
+            return None
+    return "\0".join(pieces), tuple(lits), tuple(strs)
+
+
+def in_list(pieces: list[str]) -> bool:
+    """The last literal opened a flat ``IN (`` list."""
+    return bool(_IN_OPEN.search(pieces[-1]))
+
+
+@dataclass(frozen=True, slots=True, eq=False)  # a dict key by identity: hashing the parts costs
+class Template:
+    """A shape's SELECT with slots for literals; or its refusal; or "no template"."""
+
+    refusal: StatementRewrite | None
+    parts: tuple[str, ...] = ()  # text between slots
+    slots: tuple[int, ...] = ()  # the literal each slot takes
+    schema: str = ""
+    table: str = ""
+    batch_head: str | None = None  # "SELECT * FROM refs WHERE col IN (" when batchable
+    batch_list: bool = False  # the batched value is an IN list (counts as its values)
+    verified: bool = True
+
+    def bind(self, lits: tuple[str, ...]) -> str:
+        parts = self.parts
+        out = [parts[0]]
+        for slot, part in zip(self.slots, parts[1:], strict=True):
+            out.append(lits[slot].replace("%", "%%"))
+            out.append(part)
+        return "".join(out)
+
+
+_UNVERIFIED = Template(None, verified=False)
+
+
+def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sql: str,
+                   schema: str | None) -> Template:
+    """Rewrite the marked shape once; keep it only if it reproduces ``sql``'s own rewrite."""
+    pieces = shape.split("\0")
+    marks = [_STR_MARK.format(i) if s else _NUM_MARK.format(i) for i, s in enumerate(strs)]
+    marked = "".join(p + m for p, m in zip(pieces, [*marks, ""], strict=True))
+    direct = rewrite_statement_sql(sql, schema)
+    via = rewrite_statement_sql(marked, schema)
+    if direct.probe is None or via.probe is None:
+        if direct.probe is None and via.probe is None and direct.skipped == via.skipped:
+            return Template(direct)
+        return _UNVERIFIED
+    text = via.probe.sql
+    parts: list[str] = []
+    slots: list[int] = []
+    last = 0
+    for m in _MARKS.finditer(text):
+        parts.append(text[last:m.start()])
+        slots.append(int(m.group(1) or m.group(2)))
+        last = m.end()
+    parts.append(text[last:])
+    batch_head = None
+    b = _BATCHABLE.fullmatch(text)
+    if b is not None and len(slots) == 1 and " JOIN " not in b.group("refs").upper():
+        batch_head = f"SELECT * FROM {b.group('refs')} WHERE {b.group('col')} IN ("
+    t = Template(None, tuple(parts), tuple(slots), via.probe.schema, via.probe.table, batch_head,
+                 batch_head is not None and "," in lits[slots[0]])
+    if t.bind(lits) != direct.probe.sql or (t.schema, t.table) != (direct.probe.schema,
+                                                                   direct.probe.table):
+        return _UNVERIFIED
+    return t
+
+
+class StatementBatcher:
+    """Statements -> probes through cached templates; batches of one shape share a probe."""
+
+    def __init__(self, max_keys: int, wants: Callable[[str], bool] = lambda _schema: True) -> None:
+        self.max_keys = max_keys
+        self.wants = wants  # the schema filters
+        self._templates: dict[tuple[str, str | None], Template] = {}
+        # Shapes seen once: a template costs two sqlglot parses, so a shape that never
+        # repeats (a request id in a comment) must not cost more than the direct path.
+        self._once: dict[tuple[str, str | None], None] = {}
+        self._waiting: dict[Template, dict[str, int]] = {}  # batchable shapes: value -> keys in it
+        self._times: dict[Template, int] = {}
+        self.stats: Counter[str] = Counter()  # template hits, misses, unverified shapes
+
+    def reset(self) -> None:
+        self._waiting.clear()
+        self._times.clear()
+
+    def add(self, stmt: Statement) -> tuple[list[Probe], StatementRewrite | None]:
+        """Probes ready now, and a refusal (or None)."""
+        cut = fingerprint(stmt.sql)
+        if cut is None:
+            self.stats["fallback"] += 1
+            return self._direct(stmt)
+        shape, lits, strs = cut
+        key = (shape, stmt.schema)
+        t = self._templates.get(key)
+        if t is None:
+            if key not in self._once:
+                if len(self._once) >= _CACHE_LIMIT:
+                    self._once.clear()
+                self._once[key] = None
+                self.stats["first_seen"] += 1
+                return self._direct(stmt)
+            del self._once[key]
+            self.stats["shapes"] += 1
+            if len(self._templates) >= _CACHE_LIMIT:
+                self._templates.clear()
+            t = self._templates[key] = build_template(shape, lits, strs, stmt.sql, stmt.schema)
+        if t.refusal is not None:
+            return [], t.refusal
+        if not t.verified:
+            self.stats["fallback"] += 1
+            return self._direct(stmt)
+        if not self.wants(t.schema):
+            return [], _excluded(t.schema)
+        self.stats["templated"] += 1
+        if t.batch_head is None:
+            return [Probe(t.bind(lits), (), t.schema, t.table, None, 1, "statement", covering=False,
+                          source_time=stmt.header_time)], None
+        values = self._waiting.get(t)
+        if values is None:
+            values = self._waiting[t] = {}
+            self._times[t] = stmt.header_time
+        value = lits[t.slots[0]]
+        values[value.replace("%", "%%")] = value.count(",") + 1 if t.batch_list else 1
+        if len(values) >= self.max_keys:
+            return [self._emit(t)], None
+        return [], None
+
+    def flush(self) -> list[Probe]:
+        return [self._emit(t) for t in list(self._waiting)]
+
+    def _emit(self, t: Template) -> Probe:
+        values = self._waiting.pop(t)
+        when = self._times.pop(t, None)
+        return Probe(f"{t.batch_head}{', '.join(values)})", (), t.schema, t.table, None,
+                     sum(values.values()), "statement", covering=False, source_time=when)
+
+    def _direct(self, stmt: Statement) -> tuple[list[Probe], StatementRewrite | None]:
+        verdict = rewrite_statement_sql(stmt.sql, stmt.schema, stmt.header_time)
+        if verdict.probe is None:
+            return [], verdict
+        p = verdict.probe
+        if not self.wants(p.schema):
+            return [], _excluded(p.schema)
+        return [Probe(p.sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
+                      p.source_time)], None
+
+
+def _excluded(schema: str) -> StatementRewrite:
+    return StatementRewrite(None, "schema_excluded", f"{schema} is excluded from prefetch")

@@ -1,0 +1,394 @@
+"""Where the SQL thread's time goes, measured from the kernel: on CPU, waiting for a
+CPU, blocked on disk reads, or waiting on something else.
+
+Prefetch helps only an applier that waits for page reads, and only with CPU to
+spare: on a CPU-bound replica its probes take cycles from the SQL thread. So
+this module measures the applier threads directly instead of inferring it from
+lag or buffer-pool counters.
+
+Finding the threads (their Linux thread ids):
+
+- MariaDB (10.5+): ``information_schema.PROCESSLIST.TID``, for the rows whose
+  COMMAND is ``Slave_SQL`` (or ``Slave_worker`` with parallel replication).
+  It needs no performance_schema (off by default, and off in the sandbox) and
+  only the PROCESS privilege lagd has for its status checks. MariaDB 10.11
+  does not name its threads: every task's ``comm`` is ``mariadbd``, so /proc
+  alone cannot tell the SQL thread from a connection.
+- MySQL 8: ``performance_schema.threads.THREAD_OS_ID`` for
+  ``thread/sql/replica_sql`` / ``replica_worker`` (``slave_*`` before 8.0.26).
+
+With parallel replication the workers apply and the SQL thread only
+distributes: the workers are measured, the coordinator only without them.
+
+Per thread, many times a second (``StallMonitor.sample``):
+
+- ``/proc/<tid>/schedstat``: nanoseconds on CPU and waiting on a run queue
+  (exact, not sampled; world-readable);
+- ``/proc/<tid>/stat``: the state letter (R running, D uninterruptible: disk,
+  S sleeping: a lock, a condition, a commit) for the time off CPU; also
+  utime+stime when schedstat is missing;
+- ``/proc/<tid>/wchan`` (where a blocked thread sleeps) tells a page read from
+  an fsync, and ``/proc/<tid>/io`` read_bytes confirms reads. Both need the
+  right to ptrace the server (same user or CAP_SYS_PTRACE); without it (lagd
+  as its own user under the hardened unit) every D state counts as a disk read,
+  which is what it mostly is for an applier (commits with
+  innodb_flush_log_at_trx_commit=1 are the exception: their fsync shows as D).
+
+Machine CPU headroom comes from /proc/stat. Everything that decides is a pure
+function over recorded samples; ``StallMonitor`` only reads files.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+STATES = ("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait")
+_TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
+# Where a thread blocked in D sleeps when it waits for data or metadata to be
+# written, not read (fsync of the redo log at commit, page write-back).
+_MIX_DECAY = 0.98  # per sample: at 50 Hz the wait mix of about the last second
+_FLUSH_WCHAN = ("fsync", "sync_file", "write_and_wait", "writeback", "jbd2", "issue_flush",
+                "log_wait_commit", "wait_transaction")
+
+# ----- finding the applier threads --------------------------------------------
+
+MARIADB_APPLIERS_SQL = ("SELECT TID AS tid, COMMAND AS role FROM information_schema.PROCESSLIST"
+                        " WHERE COMMAND IN ('Slave_SQL', 'Slave_worker')")
+MYSQL_APPLIERS_SQL = ("SELECT THREAD_OS_ID AS tid, NAME AS role FROM performance_schema.threads"
+                      " WHERE NAME IN ('thread/sql/replica_sql', 'thread/sql/slave_sql',"
+                      " 'thread/sql/replica_worker', 'thread/sql/slave_worker')")
+
+
+def appliers_sql(mariadb: bool) -> str:
+    """The query that lists the applier threads' OS ids (columns ``tid``, ``role``)."""
+    return MARIADB_APPLIERS_SQL if mariadb else MYSQL_APPLIERS_SQL
+
+
+def applier_tids(rows: Iterable[Mapping[str, Any]]) -> tuple[int, ...]:
+    """The threads that apply: the workers when there are any, else the SQL thread."""
+    sql: list[int] = []
+    workers: list[int] = []
+    for r in rows:
+        tid = r.get("tid")
+        if tid is None or int(tid) <= 0:
+            continue
+        role = str(r.get("role") or "").lower()
+        if role.endswith("worker"):
+            workers.append(int(tid))
+        elif role.endswith(("slave_sql", "replica_sql")):  # never the IO thread
+            sql.append(int(tid))
+    return tuple(sorted(workers or sql))
+
+
+# ----- reading /proc (pure parsers) ------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ThreadSample:
+    """One reading of one thread. ``None``: not readable here."""
+
+    tid: int
+    at: float  # monotonic seconds
+    state: str  # R, D, S, ...
+    cpu_ns: float | None  # cumulative on CPU (schedstat; else utime+stime)
+    queue_ns: float | None  # cumulative runnable but waiting for a CPU (schedstat)
+    wchan: str | None = None
+    read_bytes: int | None = None
+
+
+def parse_stat(text: str) -> tuple[str, float]:
+    """(state letter, utime+stime in ns) from /proc/<tid>/stat."""
+    rest = text[text.rindex(")") + 2:].split()  # comm may hold spaces and parentheses
+    return rest[0], (int(rest[11]) + int(rest[12])) * _TICK_NS
+
+
+def parse_schedstat(text: str) -> tuple[float, float]:
+    """(ns on CPU, ns waiting on a run queue) from /proc/<tid>/schedstat."""
+    run, wait, _slices = text.split()
+    return float(run), float(wait)
+
+
+def parse_io(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("read_bytes:"):
+            return int(line.split()[1])
+    return None
+
+
+def parse_cpu_line(text: str) -> tuple[float, float]:
+    """(busy, total) jiffies from the first ``cpu`` line of /proc/stat."""
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            f = [float(x) for x in line.split()[1:]]
+            idle = f[3] + (f[4] if len(f) > 4 else 0.0)  # idle + iowait: a core free to run
+            total = sum(f[:8])  # guest time is already inside user/nice
+            return total - idle, total
+    raise ValueError("no cpu line in /proc/stat")
+
+
+def cpu_headroom(prev: tuple[float, float], cur: tuple[float, float], cpus: int) -> float | None:
+    """Idle cores between two /proc/stat readings (None: no time passed)."""
+    total = cur[1] - prev[1]
+    if total <= 0:
+        return None
+    return max(0.0, cpus * (1.0 - (cur[0] - prev[0]) / total))
+
+
+# ----- the classifier ---------------------------------------------------------------
+
+def off_state(prev: ThreadSample, cur: ThreadSample) -> str | None:
+    """What ``cur`` shows the thread waiting on, or None when it is running."""
+    if cur.state == "R":
+        return None
+    if cur.state == "D":
+        read = cur.read_bytes is not None and prev.read_bytes is not None and cur.read_bytes > prev.read_bytes
+        if cur.wchan and any(w in cur.wchan for w in _FLUSH_WCHAN) and not read:
+            return "flush_wait"
+        return "disk_read"
+    return "other_wait"
+
+
+def classify(prev: ThreadSample, cur: ThreadSample,
+             mix: Mapping[str, float] | None = None) -> dict[str, float]:
+    """Seconds per state between two samples of one thread.
+
+    On-CPU and run-queue time are exact when schedstat is there. The rest of
+    the interval is off CPU; a sample is an instant, so off-CPU time is split by
+    ``mix``: how often recent samples caught the thread in each wait (a read of
+    80 µs is caught by some samples, not by the two around it). Without a mix,
+    by what the two ends show.
+    """
+    wall = max(0.0, cur.at - prev.at)
+    out = dict.fromkeys(STATES, 0.0)
+    if wall == 0.0:
+        return out
+    if cur.cpu_ns is not None and prev.cpu_ns is not None:
+        on = min(wall, max(0.0, (cur.cpu_ns - prev.cpu_ns) / 1e9))
+    else:
+        on = wall if cur.state == "R" else 0.0
+    queued = 0.0
+    if cur.queue_ns is not None and prev.queue_ns is not None:
+        queued = min(wall - on, max(0.0, (cur.queue_ns - prev.queue_ns) / 1e9))
+    out["on_cpu"], out["cpu_wait"] = on, queued
+    off = wall - on - queued
+    if mix is None:
+        seen = off_state(prev, cur) or (off_state(prev, prev) if prev.state != "R" else None)
+        mix = {seen: 1.0} if seen else {}
+    total = sum(mix.values())
+    if total <= 0:
+        out["on_cpu"] += off  # running whenever looked at: schedstat's rounding
+        return out
+    for state, weight in mix.items():
+        out[state] += off * weight / total
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    kind: str  # "reads", "cpu", "flush", "other", "idle", "unknown"
+    text: str
+    prefetch_can_help: bool
+
+
+READ_SHARE = 0.25  # disk reads this share of the applier's time: worth warming pages
+CPU_SHARE = 0.6
+MIN_HEADROOM = 0.5  # idle cores the probes need
+
+
+def shares(seconds: Mapping[str, float]) -> dict[str, float] | None:
+    total = sum(seconds.get(s, 0.0) for s in STATES)
+    if total <= 0:
+        return None
+    return {s: seconds.get(s, 0.0) / total for s in STATES}
+
+
+def verdict(seconds: Mapping[str, float], *, running: bool, busy: bool = True,
+            headroom: float | None = None) -> Verdict:
+    """What the split says about prefetch, in words a DBA reads in lagctl status.
+
+    ``running``: applier threads were found; ``busy``: there is a backlog (an
+    idle SQL thread waiting for events sleeps, which says nothing);
+    ``headroom``: idle cores, or None when unknown.
+    """
+    if not running:
+        return Verdict("unknown", "SQL thread not running: nothing to measure", False)
+    if not busy:
+        return Verdict("idle", "SQL thread idle: the replica is caught up", False)
+    split = shares(seconds)
+    if split is None:
+        return Verdict("unknown", "no samples of the SQL thread yet", False)
+    pct = {s: round(100 * v) for s, v in split.items()}
+    cpu = split["on_cpu"] + split["cpu_wait"]
+    if split["disk_read"] >= READ_SHARE:
+        if headroom is not None and headroom < MIN_HEADROOM:
+            return Verdict("reads", f"SQL thread {pct['disk_read']}% waiting on disk reads, but the machine"
+                                    f" has no CPU to spare ({headroom:.1f} idle cores): prefetch would slow"
+                                    " it down", False)
+        return Verdict("reads", f"SQL thread {pct['disk_read']}% waiting on disk reads: prefetch can help",
+                       True)
+    if cpu >= CPU_SHARE:
+        waiting = f", {pct['cpu_wait']}% of it waiting for a core" if split["cpu_wait"] >= 0.1 else ""
+        return Verdict("cpu", f"SQL thread {round(100 * cpu)}% on CPU{waiting}: CPU-bound,"
+                              " prefetch cannot help", False)
+    if split["flush_wait"] >= max(split["other_wait"], READ_SHARE):
+        return Verdict("flush", f"SQL thread {pct['flush_wait']}% waiting on page flushes and commits:"
+                                " see lagctl advise", False)
+    return Verdict("other", f"SQL thread {pct['other_wait']}% waiting on locks, commits or other threads:"
+                            " prefetch cannot help", False)
+
+
+# ----- the sampler -------------------------------------------------------------------
+
+Reader = Callable[[str], str]  # path -> text (raises OSError when unreadable)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="ascii", errors="replace") as f:
+        return f.read()
+
+
+def read_thread(tid: int, at: float, read: Reader = _read) -> ThreadSample | None:
+    """One sample of a thread, or None when it is gone."""
+    base = f"/proc/{tid}"
+    try:
+        state, ticks = parse_stat(read(f"{base}/stat"))
+    except (OSError, ValueError, IndexError):
+        return None
+    cpu: float | None = ticks
+    queue: float | None = None
+    with contextlib.suppress(OSError, ValueError):  # no schedstat: utime+stime, queue unknown
+        cpu, queue = parse_schedstat(read(f"{base}/schedstat"))
+    wchan: str | None = None
+    read_bytes: int | None = None
+    if state == "D":  # only a blocked thread's wait site and reads tell anything
+        try:
+            wchan = read(f"{base}/wchan").strip() or None
+            if wchan == "0":  # the kernel hides it from other users
+                wchan = None
+        except OSError:
+            wchan = None
+    try:
+        read_bytes = parse_io(read(f"{base}/io"))
+    except OSError:
+        read_bytes = None
+    return ThreadSample(tid, at, state, cpu, queue, wchan, read_bytes)
+
+
+class StallMonitor:
+    """Accumulates the applier threads' split and the machine's idle cores.
+
+    ``set_threads(tids)`` whenever the applier threads are (re)discovered (after
+    a restart or START SLAVE they change); ``sample()`` many times a second, or
+    ``start()`` a daemon thread that does; ``seconds`` (state -> seconds,
+    summed over the threads) and ``snapshot()`` for metrics and /status.
+    """
+
+    def __init__(self, *, read: Reader = _read, clock: Callable[[], float] = time.monotonic,
+                 cpus: int | None = None) -> None:
+        self._read = read
+        self._clock = clock
+        self.cpus = cpus or os.cpu_count() or 1
+        self._lock = threading.Lock()
+        self._last: dict[int, ThreadSample] = {}
+        self._mix: dict[int, dict[str, float]] = {}  # per thread: recent samples per wait, decayed
+        self._wanted: tuple[int, ...] = ()
+        self._history: collections.deque[tuple[float, dict[str, float]]] = collections.deque(maxlen=2048)
+        self.seconds: dict[str, float] = dict.fromkeys(STATES, 0.0)
+        self.samples = 0
+        self._cpu: tuple[float, float] | None = None
+        self.headroom: float | None = None  # idle cores over the last sampling interval
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.hz = 50.0  # samples a second; the engine lowers it while there is nothing to judge
+
+    @property
+    def threads(self) -> tuple[int, ...]:
+        return tuple(self._last)
+
+    def set_threads(self, tids: Iterable[int]) -> None:
+        with self._lock:
+            keep = {t: self._last.get(t) for t in tids}
+            self._last = {t: s for t, s in keep.items() if s is not None}
+            self._wanted = tuple(keep)
+
+    def sample(self) -> None:
+        now = self._clock()
+        got = {t: read_thread(t, now, self._read) for t in self._wanted}
+        with self._lock:
+            for tid, cur in got.items():
+                if cur is None:
+                    self._last.pop(tid, None)
+                    continue
+                prev = self._last.get(tid)
+                if prev is not None:
+                    mix = self._mix.setdefault(tid, {})
+                    for k in mix:
+                        mix[k] *= _MIX_DECAY
+                    seen = off_state(prev, cur)
+                    if seen is not None:
+                        mix[seen] = mix.get(seen, 0.0) + 1.0
+                    for state, secs in classify(prev, cur, mix).items():
+                        self.seconds[state] += secs
+                    self.samples += 1
+                self._last[tid] = cur
+            self._history.append((now, dict(self.seconds)))
+            try:
+                cpu = parse_cpu_line(self._read("/proc/stat"))
+            except (OSError, ValueError):
+                return
+            if self._cpu is not None:
+                self.headroom = cpu_headroom(self._cpu, cpu, self.cpus)
+            self._cpu = cpu
+
+    def start(self, hz: float | None = None) -> None:
+        """Sample ``hz`` times a second in a daemon thread (procfs reads never wait on a
+        disk, but they are not the event loop's work either)."""
+        if hz is not None:
+            self.hz = hz
+
+        def loop() -> None:
+            while not self._stop.wait(1.0 / self.hz):
+                self.sample()
+        self._stop.clear()
+        self._thread = threading.Thread(target=loop, name="lagd-stall-sampler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def totals(self) -> dict[str, float]:
+        """A copy of ``seconds`` (cumulative per state)."""
+        with self._lock:
+            return dict(self.seconds)
+
+    def recent(self, span: float = 2.0) -> dict[str, float]:
+        """Seconds per state over about the last ``span`` seconds."""
+        with self._lock:
+            if not self._history:
+                return dict.fromkeys(STATES, 0.0)
+            now, latest = self._history[-1]
+            start = next((secs for at, secs in self._history if at >= now - span), latest)
+            return window(start, latest)
+
+    def snapshot(self, *, busy: bool = True, span: float = 2.0) -> dict[str, Any]:
+        """Counters (seconds per state, cumulative: for ``lagd_sql_thread_seconds_total``),
+        the verdict over the last ``span`` seconds, idle cores."""
+        recent = self.recent(span)
+        with self._lock:
+            seconds = dict(self.seconds)
+            threads = list(self._wanted)
+            headroom = self.headroom
+        v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom)
+        return {"seconds": seconds, "recent": recent, "threads": threads, "headroom_cores": headroom,
+                "verdict": v.kind, "text": v.text, "prefetch_can_help": v.prefetch_can_help}
+
+
+def window(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """Seconds per state between two readings of ``StallMonitor.seconds``."""
+    return {s: after.get(s, 0.0) - before.get(s, 0.0) for s in STATES}

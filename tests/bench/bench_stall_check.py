@@ -1,0 +1,95 @@
+"""Check the SQL thread's read-stall share against an independent estimate, once.
+
+A cold catch-up on a sandbox (a table larger than the pool, O_DIRECT, a
+restart before the catch-up) is sampled by ``prefetch/stall.py``; the
+independent estimate is the buffer-pool reads the server counted in the same
+span times the device's mean read latency from /proc/diskstats (ms spent
+reading / reads completed). Without prefetch nearly every buffer-pool read of
+a catch-up is the SQL thread's own, so the two should agree within the
+device-wide latency's spread (other processes share the disk).
+
+    .venv/bin/python -m tests.bench.bench_stall_check [--rows 300000] [--changes 80000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import time
+from pathlib import Path
+
+from lagd.prefetch import stall
+from lagd.sandbox.pair import Sandbox, SandboxConfig
+from tests.integration.test_relaylog_sandbox import wait_received
+
+
+def diskstats_for(path: Path) -> tuple[float, float]:
+    """(reads completed, ms spent reading) of the block device holding ``path``."""
+    dev = os.stat(path).st_dev
+    major, minor = os.major(dev), os.minor(dev)
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if int(f[0]) == major and int(f[1]) == minor:
+            return float(f[3]), float(f[6])
+    # A partition's numbers are not listed under a device-mapper or overlay id: the first disk.
+    f = next(line.split() for line in Path("/proc/diskstats").read_text().splitlines()
+             if not line.split()[2].startswith(("loop", "ram")))
+    return float(f[3]), float(f[6])
+
+
+def pool_reads(sb: Sandbox) -> int:
+    return int(sb.replica().query("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'")[0]["Value"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=300_000)
+    ap.add_argument("--changes", type=int, default=80_000)
+    args = ap.parse_args()
+    with Sandbox(SandboxConfig(replica_buffer_pool_mb=64, o_direct=True)) as sb:
+        sb.source.query("CREATE DATABASE sc")
+        sb.source.query("CREATE TABLE sc.big (id INT PRIMARY KEY, c CHAR(200) NOT NULL)")
+        sb.source.query(f"INSERT INTO sc.big SELECT seq, REPEAT('x', 200) FROM seq_1_to_{args.rows}", db="sc")
+        sb.wait_caught_up(timeout=300)
+        sb.stop_sql_thread()
+        rng = random.Random(5)
+        conn = sb.source.connect("sc")
+        with conn.cursor() as cur:
+            for i in range(args.changes // 100):
+                keys = ", ".join(str(rng.randint(1, args.rows)) for _ in range(100))
+                cur.execute(f"UPDATE big SET c = 'v{i}' WHERE id IN ({keys})")
+        conn.close()
+        sb.restart_server(sb.replica().name, start_slave=False)
+        sb.start_io_thread()
+        wait_received(sb)
+        datadir = Path(sb.replica().datadir)
+        reads0, disk0 = pool_reads(sb), diskstats_for(datadir)
+        mon = stall.StallMonitor()
+        sb.start_sql_thread()
+        t0 = time.monotonic()
+        tids: tuple[int, ...] = ()
+        while not tids:
+            tids = stall.applier_tids(sb.replica().query(stall.appliers_sql(mariadb=True)))
+        mon.set_threads(tids)
+        mon.start(hz=50)
+        sb.wait_caught_up(timeout=300)
+        mon.stop()
+        wall = time.monotonic() - t0
+        reads1, disk1 = pool_reads(sb), diskstats_for(datadir)
+    seconds = mon.totals()
+    done, ms = disk1[0] - disk0[0], disk1[1] - disk0[1]
+    latency = ms / done / 1000 if done else float("nan")
+    estimate = (reads1 - reads0) * latency
+    measured = sum(seconds.values())
+    print(f"catch-up {wall:.2f} s, SQL thread measured {measured:.2f} s:",
+          {k: round(v, 3) for k, v in seconds.items()})
+    print(f"buffer-pool reads {reads1 - reads0}, device mean read latency {latency * 1e6:.0f} µs"
+          f" -> read wait estimate {estimate:.2f} s ({100 * estimate / measured:.0f}% of the SQL"
+          " thread's time)")
+    print(f"stall.py disk_read {seconds['disk_read']:.2f} s ({100 * seconds['disk_read'] / measured:.0f}%),"
+          f" other_wait {seconds['other_wait']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()

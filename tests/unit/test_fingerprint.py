@@ -1,0 +1,243 @@
+"""Statement shapes and templates (lagd.prefetch.fingerprint): the same probes as the sqlglot path."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from test_rewrite_sql import ACCEPTED, REFUSED
+
+from lagd.prefetch.fingerprint import StatementBatcher, build_template, fingerprint
+from lagd.prefetch.rewrite_sql import rewrite_statement_sql
+from lagd.relaylog import Statement
+
+F = "\0"  # where a literal was
+
+
+@pytest.mark.parametrize(("sql", "shape", "lits"), [
+    ("UPDATE t SET c = c + 1 WHERE id = 17", f"UPDATE t SET c = c + {F} WHERE id = {F}", ("1", "17")),
+    ("DELETE FROM t WHERE a = 'it''s' AND b = 'x\\'y' AND c = \"q\\\"r\"",
+     f"DELETE FROM t WHERE a = {F} AND b = {F} AND c = {F}", ("'it''s'", "'x\\'y'", '"q\\"r"')),
+    ("DELETE FROM t WHERE id IN (1, -2,3)", f"DELETE FROM t WHERE id IN ({F})", ("1, -2,3",)),
+    ("DELETE FROM t WHERE id IN ('a', 'b''c')", f"DELETE FROM t WHERE id IN ({F})", ("'a', 'b''c'",)),
+    ("DELETE FROM t WHERE x = -5 AND y = a-1 AND z = a - 2",
+     f"DELETE FROM t WHERE x = {F} AND y = a-{F} AND z = a - {F}", ("-5", "1", "2")),
+    ("DELETE FROM t WHERE h = 0x1F AND b = x'0A' AND c = b'101' AND d = 0b11",
+     f"DELETE FROM t WHERE h = {F} AND b = {F} AND c = {F} AND d = {F}", ("0x1F", "x'0A'", "b'101'", "0b11")),
+    ("DELETE FROM t1 WHERE col2 = 1.5e3 /* 7 */ AND c = .5 -- 8\n# 9",
+     f"DELETE FROM t1 WHERE col2 = {F} /* 7 */ AND c = {F} -- 8\n# 9", ("1.5e3", ".5")),
+    ("DELETE FROM `t 1` WHERE `c2` = 2 AND @v = 3 AND @@x = 4",
+     f"DELETE FROM `t 1` WHERE `c2` = {F} AND @v = {F} AND @@x = {F}", ("2", "3", "4")),
+    ("DELETE FROM t WHERE a = 1--2", f"DELETE FROM t WHERE a = {F}--{F}", ("1", "2")),  # minus minus
+    ("DELETE /*!40000 QUICK 5 */ FROM t", "DELETE /*!40000 QUICK 5 */ FROM t", ()),
+    ("DELETE FROM seq_1_to_9 WHERE 1abc = 2", f"DELETE FROM seq_1_to_9 WHERE 1abc = {F}", ("2",)),
+    ("DELETE FROM t WHERE id IN (1, 'x')", f"DELETE FROM t WHERE id IN ({F}, {F})", ("1", "'x'")),
+    ("DELETE FROM t WHERE id IN (1, 2, 'x')", None, None),  # a mixed list: left to the sqlglot path
+    ("DELETE FROM t WHERE a = 'ab\udcff'", None, None),  # not UTF-8
+], ids=["numbers", "quotes", "in-list-negative", "in-list-strings", "negative-vs-minus", "hex-bit",
+        "comments", "identifiers-and-variables", "double-minus", "executable-comment", "digits-in-names",
+        "mixed-pair", "mixed-list", "not-utf8"])
+def test_fingerprint(sql: str, shape: str | None, lits: tuple[str, ...] | None) -> None:
+    cut = fingerprint(sql)
+    if shape is None:
+        assert cut is None
+        return
+    assert cut is not None
+    assert cut[:2] == (shape, lits)
+
+
+def fast(sql: str, schema: str | None = "s") -> tuple[str | None, str | None]:
+    """(probe SQL, refusal) through a template built from this very statement."""
+    cut = fingerprint(sql)
+    if cut is None:
+        return None, "no fingerprint"
+    t = build_template(*cut, sql, schema)
+    if t.refusal is not None:
+        return None, t.refusal.skipped
+    assert t.verified, f"no template for {sql!r}"
+    return t.bind(cut[1]), None
+
+
+@pytest.mark.parametrize(("sql", "select"), [a[1:] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
+def test_templates_give_todays_rewrite(sql: str, select: str) -> None:
+    assert fast(sql) == (select, None)
+
+
+@pytest.mark.parametrize(("sql", "skipped"), [r[1:] for r in REFUSED if "\udcff" not in r[1]],
+                         ids=[r[0] for r in REFUSED if "\udcff" not in r[1]])
+def test_templates_refuse_what_today_refuses(sql: str, skipped: str) -> None:
+    assert fast(sql) == (None, skipped)
+
+
+# One shape, other literals: the template made from the first statement, bound with the second's.
+SAME_SHAPE = [
+    ("UPDATE t SET c = c + 1 WHERE id = 17", "UPDATE t SET c = c + 900 WHERE id = -3"),
+    ("DELETE FROM t WHERE name = 'plain' AND n > 5", "DELETE FROM t WHERE name = 'it''s 100%' AND n > -5.5"),
+    ("DELETE FROM t WHERE name = 'a'", "DELETE FROM t WHERE name = 'back\\\\slash\\' quote'"),
+    ("DELETE FROM t WHERE id IN (1)", "DELETE FROM t WHERE id IN (4, -5, 6, 7)"),
+    ("DELETE FROM t WHERE h = x'00' OR h = 0x01", "DELETE FROM t WHERE h = x'ffee' OR h = 0xABCDEF"),
+    ("UPDATE t SET v = 'a;b' WHERE k BETWEEN 1 AND 2 ORDER BY id LIMIT 3",
+     "UPDATE t SET v = '--x' WHERE k BETWEEN 10 AND 20 ORDER BY id LIMIT 30"),
+    ("DELETE FROM t WHERE d < NOW() - INTERVAL 1 DAY /* job 1 */",
+     "DELETE FROM t WHERE d < NOW() - INTERVAL 30 DAY /* job 1 */"),
+    ("DELETE FROM t WHERE c = _utf8mb4'x' COLLATE utf8mb4_bin",
+     "DELETE FROM t WHERE c = _utf8mb4'ü' COLLATE utf8mb4_bin"),
+]
+
+
+@pytest.mark.parametrize(("first", "second"), SAME_SHAPE)
+def test_a_shapes_template_binds_other_literals_as_the_sqlglot_path_would(first: str, second: str) -> None:
+    a, b = fingerprint(first), fingerprint(second)
+    assert a is not None and b is not None and a[0] == b[0]
+    t = build_template(*a, first, "s")
+    assert t.verified and t.refusal is None
+    direct = rewrite_statement_sql(second, "s").probe
+    assert direct is not None
+    assert t.bind(b[1]) == direct.sql
+
+
+@pytest.mark.parametrize("sql", [
+    "DELETE FROM t WHERE id = @v", "UPDATE t SET v = (@x := v) WHERE id = 1",
+    "DELETE FROM t WHERE RAND() < 0.1", "DELETE FROM t WHERE u = UUID()", "DELETE FROM t WHERE id = SLEEP(1)",
+    "DELETE FROM t WHERE id IN (SELECT id FROM u FOR UPDATE)", "DELETE /*!40000 QUICK */ FROM t WHERE id = 1",
+])
+def test_refused_shapes_stay_refused_for_every_literal(sql: str) -> None:
+    b = StatementBatcher(16)
+    for i in range(3):
+        probes, refused = b.add(Statement("s", sql.replace("1", str(i + 1)), 0, 0))
+        assert probes == [] and refused is not None
+    assert b.stats["shapes"] == 1
+
+
+def test_statements_of_one_shape_are_batched_into_an_in_list() -> None:
+    b = StatementBatcher(16)
+    got = []
+    for i in range(20):
+        probes, refused = b.add(Statement("s", f"UPDATE t SET c = c + {i} WHERE id = {i % 18}", 0, 7))
+        assert refused is None
+        got += probes
+    got += b.flush()
+    assert [p.sql for p in got] == [
+        "SELECT * FROM `s`.t WHERE id = 0",  # a shape seen once goes the direct way
+        "SELECT * FROM `s`.t WHERE id IN (" + ", ".join(str(i) for i in range(1, 17)) + ")",
+        "SELECT * FROM `s`.t WHERE id IN (17, 0, 1)",  # a new batch: 0 and 1 are due again
+    ]
+    assert [p.rows for p in got] == [1, 16, 3]
+    assert (got[1].kind, got[1].params, got[1].source_time) == ("statement", (), 7)
+    assert b.stats["shapes"] == 1 and b.flush() == []
+
+
+def test_a_shape_seen_once_costs_what_the_direct_path_costs() -> None:
+    b = StatementBatcher(16)
+    for i in range(5):  # a request id in a comment: every statement its own shape
+        probes, _ = b.add(Statement("s", f"/* req {i} */ DELETE FROM t WHERE id = {i}", 0, 0))
+        assert [p.sql for p in probes] == [f"SELECT * FROM `s`.t WHERE id = {i}"]
+    assert (b.stats["first_seen"], b.stats["shapes"]) == (5, 0)
+
+
+def test_in_lists_and_strings_batch_too() -> None:
+    b = StatementBatcher(16)
+    b.add(Statement("s", "DELETE FROM t WHERE id IN (0)", 0, 0))  # first seen: direct
+    b.add(Statement("s", "DELETE FROM t WHERE code = 'z'", 0, 0))
+    b.add(Statement("s", "DELETE FROM t WHERE id IN (1, 2)", 0, 0))
+    b.add(Statement("s", "DELETE FROM t WHERE id IN (3)", 0, 0))
+    b.add(Statement("s", "DELETE FROM t WHERE code = 'a%'", 0, 0))
+    b.add(Statement("s", "DELETE FROM t WHERE code = 'b'", 0, 0))
+    probes = sorted(b.flush(), key=lambda p: p.sql)
+    assert [(p.sql, p.rows) for p in probes] == [
+        ("SELECT * FROM `s`.t WHERE code IN ('a%%', 'b')", 2),
+        ("SELECT * FROM `s`.t WHERE id IN (1, 2, 3)", 3),
+    ]
+
+
+@pytest.mark.parametrize("sql", [
+    "DELETE FROM t WHERE id = 5 LIMIT 1", "DELETE FROM t WHERE id > 5",
+    "UPDATE t JOIN u USING (id) SET v = 1 WHERE id = 5",
+    "DELETE FROM t WHERE id = 5 ORDER BY id", "DELETE FROM t FORCE INDEX (k) WHERE k = 5",
+])
+def test_shapes_that_cannot_be_merged_are_probed_one_by_one(sql: str) -> None:
+    b = StatementBatcher(16)
+    probes, refused = b.add(Statement("s", sql, 0, 3))
+    assert refused is None
+    direct = rewrite_statement_sql(sql, "s").probe
+    assert direct is not None
+    assert [(p.sql, p.rows, p.source_time) for p in probes] == [(direct.sql, 1, 3)]
+
+
+def test_the_default_schema_is_part_of_the_shape() -> None:
+    b = StatementBatcher(1)
+    for _ in range(2):
+        [p1], _ = b.add(Statement("a", "DELETE FROM t WHERE id = 1", 0, 0))
+        [p2], _ = b.add(Statement("b", "DELETE FROM t WHERE id = 1", 0, 0))
+        assert (p1.schema, p2.schema) == ("a", "b")
+    assert b.stats["shapes"] == 2
+
+
+def test_excluded_schemas_are_refused_per_statement() -> None:
+    b = StatementBatcher(16, wants=lambda schema: schema != "mysql")
+    probes, refused = b.add(Statement("mysql", "DELETE FROM t WHERE id = 1", 0, 0))
+    assert probes == [] and refused is not None and refused.skipped == "schema_excluded"
+
+
+def random_literal(rng: random.Random, string: bool, old: str) -> str:
+    if string:
+        quote = old[0] if old[:1] in ("'", '"') else "'"
+        body = []
+        for _ in range(rng.randint(0, 8)):
+            c = rng.choice(["a", "Z", "0", " ", "%", ";", "-", "#", "/*", "*/", "ü", "日", "\\\\", "\\n",
+                            quote * 2, "\\" + quote, "`", "?", "@x", "${"])
+            body.append(c)
+        return quote + "".join(body) + quote
+    if "," in old:  # an IN list keeps being a list
+        return ", ".join(str(rng.randint(-10**6, 10**6)) for _ in range(rng.randint(1, 6)))
+    if old.lower().startswith(("0x", "x'")):
+        return rng.choice([f"0x{rng.getrandbits(24):x}", f"x'{rng.getrandbits(16):04x}'"])
+    if old.lower().startswith(("0b", "b'")):
+        return rng.choice([f"0b{rng.getrandbits(5):b}", f"b'{rng.getrandbits(5):b}'"])
+    # Of the same kind as the original: the statements in a log ran on the source, so a
+    # literal where MySQL takes only an unsigned integer (DECIMAL(10, 2), LIMIT) stays one.
+    sign = "-" if old.startswith("-") else ""
+    if any(c in old for c in ".eE"):
+        return sign + rng.choice([f"{rng.random() * 1000:.4f}", "1e3", ".5", f"{rng.randint(1, 9)}.0e-2"])
+    return sign + str(rng.randint(0 if not sign else 1, 10**9))
+
+
+@pytest.mark.parametrize(("sql", "select"), [a[1:] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
+def test_templates_match_the_sqlglot_path_for_random_literals(sql: str, select: str) -> None:
+    """Property: whatever the literals, binding them into the shape's template gives the
+    text the sqlglot path gives for the statement itself."""
+    cut = fingerprint(sql)
+    assert cut is not None
+    shape, lits, strs = cut
+    t = build_template(shape, lits, strs, sql, "s")
+    assert t.verified and t.refusal is None
+    rng = random.Random(sql)
+    pieces = shape.split("\0")
+    for _ in range(20):
+        new = tuple(random_literal(rng, s, old) for s, old in zip(strs, lits, strict=True))
+        variant = "".join(p + v for p, v in zip(pieces, [*new, ""], strict=True))
+        again = fingerprint(variant)
+        if again is None or again[0] != shape:
+            continue  # e.g. a negative number where a minus sign already stood: another shape
+        direct = rewrite_statement_sql(variant, "s").probe
+        assert direct is not None, variant
+        assert t.bind(again[1]) == direct.sql, variant
+
+
+@pytest.mark.parametrize(("sql", "skipped"), [r[1:] for r in REFUSED if "\udcff" not in r[1]],
+                         ids=[r[0] for r in REFUSED if "\udcff" not in r[1]])
+def test_refusals_hold_for_random_literals(sql: str, skipped: str) -> None:
+    cut = fingerprint(sql)
+    assert cut is not None
+    shape, lits, strs = cut
+    t = build_template(shape, lits, strs, sql, "s")
+    assert t.refusal is not None and t.refusal.skipped == skipped
+    rng = random.Random(sql)
+    pieces = shape.split("\0")
+    for _ in range(10):
+        new = tuple(random_literal(rng, s, old) for s, old in zip(strs, lits, strict=True))
+        variant = "".join(p + v for p, v in zip(pieces, [*new, ""], strict=True))
+        again = fingerprint(variant)
+        if again is None or again[0] != shape:
+            continue
+        assert rewrite_statement_sql(variant, "s").skipped == skipped, variant

@@ -1,0 +1,157 @@
+"""The SQL thread's time split from recorded /proc readings (lagd.prefetch.stall)."""
+
+from __future__ import annotations
+
+import pytest
+
+from lagd.prefetch import stall
+from lagd.prefetch.stall import STATES, StallMonitor, ThreadSample, classify, verdict
+
+TICK = stall._TICK_NS
+
+# Recorded from a MariaDB 10.11 replica's SQL thread (fields after the state abridged as read).
+STAT = ("31989 (mariadbd) {state} 31958 31958 9515 0 -1 4194368 1200 0 0 0 {utime} {stime} 0 0 20 0 13 0"
+        " 163960 3133440 412 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0")
+IO = ("rchar: 1718215764\nwchar: 1412192253\nsyscr: 261658\nsyscw: 195457\nread_bytes: {read}\n"
+      "write_bytes: 1409220608\ncancelled_write_bytes: 0\n")
+
+
+def test_parsers() -> None:
+    assert stall.parse_stat(STAT.format(state="D", utime=150, stime=50)) == ("D", 200 * TICK)
+    assert stall.parse_stat("7 (odd) name)) S 1 1 1 0 -1 0 0 0 0 0 3 4 0 0")[0] == "S"
+    assert stall.parse_schedstat("175184791 13740280 448\n") == (175184791.0, 13740280.0)
+    assert stall.parse_io(IO.format(read=184500224)) == 184500224
+    assert stall.parse_io("rchar: 1\n") is None
+    assert stall.parse_cpu_line("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3 4\n") == (150.0, 1000.0)
+
+
+def s(at: float, state: str, cpu: float | None, queue: float | None = None, wchan: str | None = None,
+      read: int | None = None) -> ThreadSample:
+    return ThreadSample(1, at, state, None if cpu is None else cpu * 1e9,
+                        None if queue is None else queue * 1e9, wchan, read)
+
+
+@pytest.mark.parametrize(("prev", "cur", "split"), [
+    # 20 ms apart. On CPU all the time.
+    (s(0, "R", 1.0, 0.0), s(0.02, "R", 1.02, 0.0), {"on_cpu": 0.02}),
+    # 5 ms on CPU, 5 ms queued for a core, blocked in a page read the rest.
+    (s(0, "R", 1.0, 0.0), s(0.02, "D", 1.005, 0.005, "io_schedule", 10), {"on_cpu": 0.005, "cpu_wait": 0.005,
+                                                                          "disk_read": 0.01}),
+    # D at the start only: still the read that blocked it.
+    (s(0, "D", 1.0, 0.0), s(0.02, "R", 1.01, 0.0), {"on_cpu": 0.01, "disk_read": 0.01}),
+    # Blocked in an fsync, nothing read: a flush (commit) wait.
+    (s(0, "D", 1.0, 0.0, "file_write_and_wait_range", 5), s(0.02, "D", 1.0, 0.0, "jbd2_log_wait_commit", 5),
+     {"flush_wait": 0.02}),
+    # wchan hidden from another user ("0" read as None): D counts as a read.
+    (s(0, "S", 1.0, 0.0), s(0.02, "D", 1.0, 0.0), {"disk_read": 0.02}),
+    # Sleeping on a futex: a lock, a condition, another thread.
+    (s(0, "S", 1.0, 0.0), s(0.02, "S", 1.002, 0.0), {"on_cpu": 0.002, "other_wait": 0.018}),
+    # No schedstat: utime+stime ticks are too coarse, the state decides.
+    (s(0, "R", None), s(0.02, "R", None), {"on_cpu": 0.02}),
+    (s(0, "S", None), s(0.02, "S", None), {"other_wait": 0.02}),
+])
+def test_classify(prev: ThreadSample, cur: ThreadSample, split: dict[str, float]) -> None:
+    got = classify(prev, cur)
+    assert got == pytest.approx({**dict.fromkeys(STATES, 0.0), **split})
+    assert sum(got.values()) == pytest.approx(cur.at - prev.at)
+
+
+def secs(**kw: float) -> dict[str, float]:
+    return {**dict.fromkeys(STATES, 0.0), **kw}
+
+
+@pytest.mark.parametrize(("seconds", "kw", "kind", "helps", "words"), [
+    (secs(on_cpu=0.2, disk_read=0.71, other_wait=0.09), {}, "reads", True,
+     "SQL thread 71% waiting on disk reads: prefetch can help"),
+    (secs(on_cpu=0.2, disk_read=0.71, other_wait=0.09), {"headroom": 0.1}, "reads", False, "no CPU to spare"),
+    (secs(on_cpu=0.88, disk_read=0.02, other_wait=0.1), {}, "cpu", False,
+     "SQL thread 88% on CPU: CPU-bound, prefetch cannot help"),
+    (secs(on_cpu=0.5, cpu_wait=0.3, other_wait=0.2), {}, "cpu", False, "30% of it waiting for a core"),
+    (secs(on_cpu=0.3, flush_wait=0.6, other_wait=0.1), {}, "flush", False, "page flushes"),
+    (secs(on_cpu=0.3, other_wait=0.7), {}, "other", False, "70% waiting on locks"),
+    (secs(), {}, "unknown", False, "no samples"),
+    (secs(other_wait=1.0), {"busy": False}, "idle", False, "caught up"),
+    (secs(), {"running": False}, "unknown", False, "not running"),
+])
+def test_verdict(seconds: dict[str, float], kw: dict[str, object], kind: str, helps: bool,
+                 words: str) -> None:
+    args: dict[str, object] = {"running": True, **kw}
+    v = verdict(seconds, **args)  # type: ignore[arg-type]
+    assert (v.kind, v.prefetch_can_help) == (kind, helps)
+    assert words in v.text
+
+
+def test_headroom() -> None:
+    assert stall.cpu_headroom((100.0, 1000.0), (250.0, 1200.0), 2) == pytest.approx(0.5)
+    assert stall.cpu_headroom((100.0, 1000.0), (100.0, 1000.0), 2) is None
+
+
+@pytest.mark.parametrize(("rows", "tids"), [
+    ([{"tid": 31989, "role": "Slave_SQL"}, {"tid": 31988, "role": "Slave_IO"}], (31989,)),
+    ([{"tid": 5, "role": "Slave_SQL"}, {"tid": 7, "role": "Slave_worker"},
+      {"tid": 6, "role": "Slave_worker"}], (6, 7)),
+    ([{"tid": 9, "role": "thread/sql/replica_sql"}, {"tid": 10, "role": "thread/sql/replica_worker"}], (10,)),
+    ([{"tid": 9, "role": "thread/sql/replica_sql"}, {"tid": 8, "role": "thread/sql/replica_io"}], (9,)),
+    ([{"tid": None, "role": "Slave_SQL"}], ()),
+    ([], ()),
+])
+def test_applier_tids(rows: list[dict[str, object]], tids: tuple[int, ...]) -> None:
+    assert stall.applier_tids(rows) == tids
+
+
+def test_monitor_over_recorded_files() -> None:
+    files: dict[str, str] = {}
+    clock = [0.0]
+
+    def put(state: str, run_ns: int, utime: int, read: int, busy: int, idle: int) -> None:
+        files["/proc/42/stat"] = STAT.format(state=state, utime=utime, stime=0)
+        files["/proc/42/schedstat"] = f"{run_ns} 0 10\n"
+        files["/proc/42/io"] = IO.format(read=read)
+        files["/proc/42/wchan"] = "0"
+        files["/proc/stat"] = f"cpu  {busy} 0 0 {idle} 0 0 0 0 0 0\n"
+
+    def read(path: str) -> str:
+        if path not in files:
+            raise FileNotFoundError(path)
+        return files[path]
+
+    mon = StallMonitor(read=read, clock=lambda: clock[0], cpus=2)
+    mon.set_threads([42])
+    put("R", 0, 0, 0, 1000, 1000)
+    mon.sample()
+    clock[0] = 1.0
+    put("D", 200_000_000, 20, 4096, 1100, 1100)  # 0.2 s on CPU, then blocked reading; 1 of 2 cores idle
+    mon.sample()
+    assert mon.seconds == pytest.approx(secs(on_cpu=0.2, disk_read=0.8))
+    assert mon.headroom == pytest.approx(1.0)
+    snap = mon.snapshot()
+    assert (snap["verdict"], snap["prefetch_can_help"]) == ("reads", True)
+    assert "80% waiting on disk reads" in snap["text"]
+    del files["/proc/42/stat"]  # the thread is gone (STOP SLAVE): no sample, no time
+    clock[0] = 2.0
+    mon.sample()
+    assert sum(mon.seconds.values()) == pytest.approx(1.0)
+    mon.set_threads([])
+    assert mon.snapshot()["verdict"] == "unknown"
+
+
+def test_off_cpu_time_seen_between_samples_follows_the_recent_wait_mix() -> None:
+    # Short reads: the sample after the first interval caught one, the next did not;
+    # the second interval's 10 ms off CPU still count as reads, not as CPU.
+    seq = [s(0, "R", 1.0, 0.0), s(0.02, "D", 1.01, 0.0), s(0.04, "R", 1.02, 0.0)]
+    files: dict[str, str] = {}
+    clock = [0.0]
+
+    def read(path: str) -> str:
+        if path not in files:
+            raise PermissionError(path)  # /proc/<tid>/io of another user's process
+        return files[path]
+
+    mon = StallMonitor(read=read, clock=lambda: clock[0], cpus=1)
+    mon.set_threads([1])
+    for sample in seq:
+        clock[0] = sample.at
+        files["/proc/1/stat"] = STAT.format(state=sample.state, utime=0, stime=0)
+        files["/proc/1/schedstat"] = f"{int(sample.cpu_ns or 0)} 0 1"
+        mon.sample()
+    assert mon.seconds == pytest.approx(secs(on_cpu=0.02, disk_read=0.02))

@@ -294,7 +294,7 @@ def test_daemon_not_answering_falls_back_to_the_replica(tmp_path: Path, answer: 
     assert lines[0] == f"lagd daemon not reachable at {url} ({reason}); showing the replica's own status"
     # Neither answers: the verdict says what is wrong, never a lag of 0.
     assert result.exit_code == UNKNOWN, result.output
-    assert lines[-1].startswith("UNKNOWN: lag unknown, no replica status: cannot connect to 127.0.0.1:")
+    assert lines[-1].startswith("UNKNOWN: lag unknown, no replica status: replica 127.0.0.1:")
     assert "Traceback" not in result.output
 
 

@@ -136,7 +136,7 @@ def replica_metrics(s: Snapshot) -> Iterator[Metric]:
                   ["channel", "flavor", "source"])
     st_ = s.status
     source = f"{st_.source_host}:{st_.source_port}" if st_ is not None else ""
-    info.add_metric([ch, str(s.replica.get("flavor") or ""), source], 1.0)
+    info.add_metric([ch, s.replica.flavor or "", source], 1.0)
     yield info
 
     if st_ is None:

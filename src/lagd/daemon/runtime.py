@@ -215,6 +215,8 @@ class Runtime:
         self.where = f"replica {self.endpoint}"
         # Rates react within ~10 s, so a catch-up's ETA is current while it happens.
         self.tracker = LagTracker(stale_after=settings.lag.stale_after, rate_time_constant=10.0)
+        self.poll_timeout = poll_timeout(settings)
+        self.relay_retry, self.advisor_every = RELAY_RETRY, ADVISOR_EVERY
         self.backlog = Backlog()
         self.advisor = parts.advisor
         self.reading: ReplicaReading | None = None
@@ -264,6 +266,7 @@ class Runtime:
         """A reloaded config whose changes all apply in place (lagd.daemon.reload decides)."""
         self.settings = settings
         self.tracker.stale_after = settings.lag.stale_after
+        self.poll_timeout = poll_timeout(settings)
         self.advisor.configure(settings.advisor)
         if self.prefetcher is not None:
             self.prefetcher.configure(settings.prefetch)
@@ -301,7 +304,7 @@ class Runtime:
         s, t0 = self.settings, self.clock.mono()
         prev = self.reading
         cur = await collect(self.parts.monitor, self.parts.heartbeat, where=self.where,
-                            timeout=poll_timeout(s), heartbeat_table=s.lag.heartbeat_table,
+                            timeout=self.poll_timeout, heartbeat_table=s.lag.heartbeat_table,
                             heartbeat_server_id=s.lag.heartbeat_server_id)
         self.reading = cur
         st = self.health["replica_status"]
@@ -404,7 +407,7 @@ class Runtime:
                     self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
             finally:
                 await self._close_relay()
-            await self._sleep(RELAY_RETRY)
+            await self._sleep(self.relay_retry)
 
     async def _close_relay(self) -> None:
         reader, self._reader = self._reader, None
@@ -420,7 +423,7 @@ class Runtime:
         while self.reading is None or self.reading.status is None:
             if self._stop.is_set():
                 return
-            await self._sleep(0.5)
+            await self._sleep(min(0.5, self.settings.lag.poll_interval))
         t0 = self.clock.mono()
         index = await self.parts.relay.locate()
         self._index = index
@@ -500,7 +503,7 @@ class Runtime:
             if p is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(p.close(), 1.0)
-            await self._sleep(RELAY_RETRY)
+            await self._sleep(self.relay_retry)
 
     # ----- advisor --------------------------------------------------------
 
@@ -514,9 +517,13 @@ class Runtime:
             try:
                 await self.advisor.refresh(self.parts.session.run, self.lag)
                 h.ok(t0)
-            except LagdError as e:
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a subsystem never dies: say why, try again
                 h.failed(t0, e)
-            await self._sleep(ADVISOR_EVERY)
+                if not isinstance(e, LagdError):
+                    log.error("advisor: unexpected failure", exc_info=e)
+            await self._sleep(self.advisor_every)
 
     # ----- the snapshot -----------------------------------------------------
 

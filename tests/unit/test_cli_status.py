@@ -389,3 +389,18 @@ def test_advisor_on_the_screen(advisor: Any, text: str) -> None:
     origin = Origin("daemon", "http://127.0.0.1:9904")
     code, line = verdict(doc, 60, 300)
     assert text in render_plain(screen_rows(doc, origin), origin, code, line)
+
+
+def test_a_fault_shows_on_the_screen_with_its_fix_and_duration() -> None:
+    doc = load("starting")
+    doc["health"] = [{"name": "replica_status", "up": False, "failing_since": doc["taken_at"] - 125,
+                      "reason": "replica 127.0.0.1:3306: Access denied for user 'lagd' (error 1045)",
+                      "fix": "check replica.user and the password", "last_success": None,
+                      "last_duration": None},
+                     {"name": "relay_log", "up": False, "reason": "not run yet", "failing_since": None}]
+    origin = Origin("daemon", "http://127.0.0.1:9904")
+    code, line = verdict(doc, 60, 300)
+    text = render_plain(screen_rows(doc, origin), origin, code, line)
+    assert ("fault      replica_status: replica 127.0.0.1:3306: Access denied for user 'lagd' (error 1045) "
+            "(fix: check replica.user and the password); for 125 s (2 min)") in text
+    assert "relay_log" not in text

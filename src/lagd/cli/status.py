@@ -229,6 +229,7 @@ def screen_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:
     status = snap.get("status") if isinstance(snap.get("status"), Mapping) else None
     lag = snap.get("lag") if isinstance(snap.get("lag"), Mapping) else None
     rows += _replica_rows(snap, status)
+    rows += _fault_rows(snap)
     rows += _lag_rows(snap, lag, origin)
     rows += _progress_rows(lag, origin)
     rows += _prefetch_rows(snap, origin)
@@ -269,6 +270,24 @@ def _replica_rows(snap: Mapping[str, Any], status: Mapping[str, Any] | None) -> 
         rows.append(Row("errors", "none"))
     if status.get("sql_delay"):
         rows.append(Row("delay", f"SQL_Delay {status['sql_delay']} s (intended; included in the lag)"))
+    return rows
+
+
+def _fault_rows(snap: Mapping[str, Any]) -> list[Row]:
+    """Each subsystem that fails now: its cause, the fix, and for how long."""
+    rows = []
+    taken_at = _num(snap.get("taken_at"))
+    for h in snap.get("health") or ():
+        if not isinstance(h, Mapping) or h.get("up") is not False or h.get("reason") == "not run yet":
+            continue
+        reason, fix = str(h.get("reason") or "failing"), h.get("fix")
+        since = _num(h.get("failing_since"))
+        text = f"{h.get('name', '?')}: {reason}"
+        if fix and str(fix) not in reason:
+            text += f" (fix: {fix})"
+        if since is not None and taken_at is not None:
+            text += f"; for {_secs(max(0.0, taken_at - since))}"
+        rows.append(Row("fault" if not rows else "", text, "warn"))
     return rows
 
 

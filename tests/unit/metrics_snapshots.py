@@ -11,6 +11,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from lagd.advisor.runtime import AdvisorSnapshot
 from lagd.daemon.state import Health, ReplicaInfo, Snapshot
 from lagd.lag import (
     ApplyRates,
@@ -120,6 +121,8 @@ def full_snapshot(**kw: Any) -> Snapshot:
         prefetch_off_reason=None, advisor=full_advisor(), health=HEALTH, loop_age=0.4,
     )
     base.update(kw)
+    if isinstance(base["advisor"], dict):  # written here in its JSON form, partial
+        base["advisor"] = AdvisorSnapshot.from_json(base["advisor"])
     return Snapshot(**base)
 
 

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lagd.advisor.runtime import AdvisorSnapshot
 from lagd.config import settings_from_dict
 from lagd.daemon.state import Health, ReplicaInfo, Snapshot
 from lagd.heartbeat import HeartbeatRow, format_ts
@@ -127,7 +128,8 @@ def snapshot(*, status: ReplicaStatus | None, lag: LagReading | None, prefetch_:
         replica=ReplicaInfo("127.0.0.1:3306", "lagd", "", "MariaDB 10.11.19",
                             "/var/lib/mysql/db2-relay-bin.index"),
         status=status, status_error=status_error, lag=lag, prefetch=prefetch_, prefetch_off_reason=off,
-        advisor=advisor, health=health(*down), loop_age=0.4)
+        advisor=None if advisor is None else AdvisorSnapshot.from_json(advisor), health=health(*down),
+        loop_age=0.4)
 
 
 def caught_up() -> Snapshot:

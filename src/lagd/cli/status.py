@@ -275,7 +275,7 @@ def _replica_rows(snap: Mapping[str, Any], status: Mapping[str, Any] | None) -> 
 
 def _fault_rows(snap: Mapping[str, Any]) -> list[Row]:
     """Each subsystem that fails now: its cause, the fix, and for how long."""
-    rows = []
+    rows: list[Row] = []
     taken_at = _num(snap.get("taken_at"))
     for h in snap.get("health") or ():
         if not isinstance(h, Mapping) or h.get("up") is not False or h.get("reason") == "not run yet":

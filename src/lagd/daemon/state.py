@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lagd.advisor.runtime import AdvisorSnapshot
 from lagd.lag import LagReading
 from lagd.mysql.replica import ReplicaStatus
 from lagd.prefetch.engine import PrefetchSnapshot
@@ -66,7 +67,7 @@ class Snapshot:
     lag: LagReading | None
     prefetch: PrefetchSnapshot | None
     prefetch_off_reason: str | None  # why prefetch does not run, with the fix
-    advisor: dict[str, Any] | None  # AdvisorRuntime.snapshot(): JSON-ready
+    advisor: AdvisorSnapshot | None
     health: tuple[Health, ...]
     loop_age: float  # seconds since the main loop last ticked
 

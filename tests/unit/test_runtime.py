@@ -322,3 +322,20 @@ def test_fakes_are_not_a_database() -> None:
 
     text = Path(mod.__file__).read_text()
     assert "pymysql" not in text and "asyncmy" not in text and "open(" not in text
+
+
+def test_an_alternating_fault_is_said_once_per_cause(caplog: pytest.LogCaptureFixture) -> None:
+    from lagd.daemon.health import Tracked  # noqa: PLC0415
+
+    clock = [0.0]
+    h = Tracked("replica_status", lambda: 1e9 + clock[0], lambda: clock[0])
+    caplog.set_level(logging.INFO, logger="lagd")
+    for i in range(20):
+        clock[0] = float(i)
+        h.fail(None, f"{WHERE}: Can't connect" if i % 2 else f"{WHERE}: waiting to reconnect", "start it")
+    assert len(caplog.records) == 2
+    clock[0] = 400.0
+    h.fail(None, f"{WHERE}: Can't connect", "start it")
+    assert len(caplog.records) == 3 and "(for 400 s)" in caplog.records[-1].getMessage()
+    h.ok()
+    assert caplog.records[-1].getMessage().startswith("replica_status: recovered after 400 s")

@@ -41,6 +41,7 @@ class Tracked:
         self.failing_since: float | None = None  # wall clock
         self._said: str | None = None  # the fault last logged
         self._said_at = 0.0  # monotonic
+        self._episode: set[str] = set()  # reasons said since the fault began
 
     def ok(self, started: float | None = None, reason: str = "ok") -> None:
         if self.failing_since is not None and self._said is not None:
@@ -48,6 +49,7 @@ class Tracked:
                      self._said)
         self.up, self.reason, self.fix = True, reason, None
         self.failing_since, self._said = None, None
+        self._episode.clear()
         self.last_success = self._wall()
         if started is not None:
             self.last_duration = self._mono() - started
@@ -56,6 +58,7 @@ class Tracked:
         """Up, with a reason that is not a fault ("not configured", "disabled")."""
         self.up, self.reason, self.fix = True, reason, None
         self.failing_since, self._said = None, None
+        self._episode.clear()
 
     def fail(self, started: float | None, reason: str, fix: str | None = None, *,
              level: int = logging.WARNING) -> None:
@@ -65,11 +68,16 @@ class Tracked:
         self.up, self.reason, self.fix = False, reason, fix
         if started is not None:
             self.last_duration = now - started
-        if reason != self._said or now - self._said_at >= REPEAT_SECONDS:
-            lasting = "" if reason != self._said else \
-                f" (for {self._wall() - self.failing_since:.0f} s)"
-            log.log(level, "%s: %s%s%s", self.name, reason, f" (fix: {fix})" if fix else "", lasting)
+        # A new cause is said at once; one already said in this fault (a client
+        # alternating between the error and "waiting to reconnect") only again
+        # after REPEAT_SECONDS.
+        new = reason not in self._episode and len(self._episode) < 16
+        if new or now - self._said_at >= REPEAT_SECONDS:
+            lasting = f" (for {self._wall() - self.failing_since:.0f} s)" if not new else ""
+            said_fix = f" (fix: {fix})" if fix and fix not in reason else ""
+            log.log(level, "%s: %s%s%s", self.name, reason, said_fix, lasting)
             self._said, self._said_at = reason, now
+            self._episode.add(reason)
 
     def failed(self, started: float | None, e: BaseException) -> None:
         message, fix = describe(e)

@@ -347,6 +347,8 @@ class Runtime:
             return "the server hangs or is overloaded: check it (SHOW PROCESSLIST, its error log)"
         if "Access denied" in err or "1045" in err:
             return "check replica.user and the password (replica.password_file) against the server's account"
+        if "Can't connect" in err or "(error 2002)" in err or "(error 2003)" in err or "2003," in err:
+            return "check that the server runs, and replica.host/port/socket in the config"
         if "no replication channel" in err:
             return "check replica.channel, or set up replication on this server"
         return None

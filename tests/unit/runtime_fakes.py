@@ -127,12 +127,14 @@ class FakeRelay:
     def __init__(self) -> None:
         self.readers: list[FakeReader] = []
         self.locates = 0
+        self.configured = ""
         self.fail: LagdError | None = None
         self.read_fail: Exception | None = None
         self.log: list[list[Event | Resynced]] = []  # transactions, in relay-log order
 
-    async def locate(self) -> Path:
+    async def locate(self, configured: str = "") -> Path:
         self.locates += 1
+        self.configured = configured
         if self.fail is not None:
             raise self.fail
         return Path("relay-bin.index")

@@ -157,6 +157,12 @@ async def test_reload_applies_each_setting_as_declared(key: str, tmp_path: Path,
         assert d.runtime is rt and rt.settings == new and len(made) == 1
         if policy is Reload.RELAY:
             assert rt._tasks["relay"] is not relay_task
+            if key == "replica.relay_log_index":
+                for _ in range(500):
+                    if fakes.relay.configured:
+                        break
+                    await asyncio.sleep(0.01)
+                assert fakes.relay.configured == new.replica.relay_log_index
         elif policy is Reload.HTTP:
             assert http_starts == [new]
         else:

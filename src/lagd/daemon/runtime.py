@@ -94,8 +94,9 @@ class RelayReader(Protocol):
 class Relay(Protocol):
     """Finds the replica's relay log and opens readers on it."""
 
-    async def locate(self) -> Path:
-        """The relay-log index, readable by this process; raises LagdError (with the fix) when not."""
+    async def locate(self, configured: str = "") -> Path:
+        """The relay-log index (``configured``, else where the server says), readable by this
+        process; raises LagdError (with the fix) when not."""
         ...
 
     def reader(self, index: Path, start: RelayPosition,
@@ -360,7 +361,9 @@ class Runtime:
         elif cur.heartbeat is not None:
             h.ok()
         else:
-            h.fail(None, cur.heartbeat_error or "no heartbeat row")
+            # Not read because the status failed: that fault is said once, by replica_status.
+            level = logging.DEBUG if cur.status is None else logging.WARNING
+            h.fail(None, cur.heartbeat_error or "no heartbeat row", level=level)
 
     # ----- what the backlog is worth ----------------------------------------
 
@@ -427,7 +430,7 @@ class Runtime:
                 return
             await self._sleep(min(0.5, self.settings.lag.poll_interval))
         t0 = self.clock.mono()
-        index = await self.parts.relay.locate()
+        index = await self.parts.relay.locate(self.settings.replica.relay_log_index)
         self._index = index
         start = self._sql_position()
         self._reposition(start, "the look-ahead reader starts")

@@ -73,12 +73,11 @@ class SessionHeartbeat:
 class FileRelay:
     """The relay log on this host, located by asking the server where it is."""
 
-    def __init__(self, session: BlockingSession, override: str = "") -> None:
+    def __init__(self, session: BlockingSession) -> None:
         self.session = session
-        self.override = override
 
-    async def locate(self) -> Path:
-        index = await self.session.run(lambda c: relay_log_index(c, self.override))
+    async def locate(self, configured: str = "") -> Path:
+        index = await self.session.run(lambda c: relay_log_index(c, configured))
         why = check_readable(index)
         if why:
             raise LagdError(f"relay log not readable: {why}")
@@ -154,7 +153,7 @@ def parts(settings: Settings) -> Parts:
         monitor=ReplicaMonitor(endpoint.async_connect(), settings.replica.channel),
         session=session,
         heartbeat=SessionHeartbeat(heartbeat_session(endpoint, settings)),
-        relay=FileRelay(session, settings.replica.relay_log_index),
+        relay=FileRelay(session),
         prefetch=prefetch_factory(endpoint, session),
         advisor=AdvisorRuntime(settings.advisor))
 

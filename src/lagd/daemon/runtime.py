@@ -111,7 +111,7 @@ class Prefetcher(Protocol):
     def snapshot(self) -> PrefetchSnapshot: ...
 
     def configure(self, settings: PrefetchSettings) -> None:
-        """Apply reloaded settings in place (see lagd.daemon.reload for which)."""
+        """Apply the reloaded settings that ``config.RELOAD`` marks in place."""
         ...
 
     async def close(self) -> None: ...
@@ -264,7 +264,7 @@ class Runtime:
         self.parts.session.close()
 
     def apply(self, settings: Settings) -> None:
-        """A reloaded config whose changes all apply in place (lagd.daemon.reload decides)."""
+        """A reloaded config: what ``config.RELOAD`` says applies in place, applied."""
         self.settings = settings
         self.tracker.stale_after = settings.lag.stale_after
         self.poll_timeout = poll_timeout(settings)
@@ -485,7 +485,10 @@ class Runtime:
             look.feed(batch, reader.position)
             backlog.at_tail = reader.at_tail
             h.ok(t0)
-            await (self._sleep(0.2) if not batch and reader.at_tail else asyncio.sleep(0))
+            if batch:
+                await asyncio.sleep(0)  # let the other tasks in between two chunks
+            else:
+                await self._sleep(0.2 if reader.at_tail else 0.01)
 
     async def _prefetch_loop(self, index: Path) -> None:
         """Build and run the prefetcher; on failure say why and build it again (the tail reads on)."""

@@ -90,7 +90,7 @@ class FileRelay:
 
 
 def configure_engine(engine: PrefetchEngine, p: PrefetchSettings, pool_bytes: int) -> None:
-    """Every in-place prefetch setting, applied to a running engine (lagd.daemon.reload lists them).
+    """Every in-place prefetch setting (``config.RELOAD``), applied to a running engine.
 
     The lead bounds live in two places (the limits the cursor obeys and the
     tuning the adaptive control moves within): both change together.

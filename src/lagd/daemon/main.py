@@ -31,7 +31,7 @@ from lagd.config import (
     load_settings,
     reload_actions,
 )
-from lagd.daemon import sdnotify, wiring
+from lagd.daemon import _stop_before_start, sdnotify, wiring
 from lagd.daemon.http import HttpServer
 from lagd.daemon.runtime import Runtime
 from lagd.daemon.state import Snapshot
@@ -209,10 +209,6 @@ def main() -> None:
     """lagd: replication-lag mitigation daemon."""
 
 
-def _stop_before_start(signum: int, _frame: object) -> None:
-    raise SystemExit(0)
-
-
 @main.command("run")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None,
               help=f"TOML config (default {DEFAULT_CONFIG_PATH} when it exists, else built-in defaults)")
@@ -220,6 +216,7 @@ def run_command(config_path: Path | None) -> None:
     """Run the daemon in the foreground (systemd: Type=notify)."""
     # Until the event loop takes the signals over, a stop request ends lagd
     # cleanly (exit 0), not by the signal: nothing has started that needs undoing.
+    # (The ``lagd`` command, lagd.daemon.main(), does so before the imports already.)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop_before_start)
     if config_path is None and DEFAULT_CONFIG_PATH.exists():

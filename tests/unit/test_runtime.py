@@ -339,3 +339,38 @@ def test_an_alternating_fault_is_said_once_per_cause(caplog: pytest.LogCaptureFi
     assert len(caplog.records) == 3 and "(for 400 s)" in caplog.records[-1].getMessage()
     h.ok()
     assert caplog.records[-1].getMessage().startswith("replica_status: recovered after 400 s")
+
+
+# ----- collect: the replica's lag inputs now (the daemon's poll and lagctl's direct mode) ------
+
+
+@pytest.mark.asyncio
+async def test_collect_reads_the_heartbeat_of_the_source_it_replicates_from() -> None:
+    from runtime_fakes import FakeHeartbeat, FakeMonitor  # noqa: PLC0415
+
+    from lagd.daemon.collect import collect  # noqa: PLC0415
+
+    mon, hb = FakeMonitor(), FakeHeartbeat()
+    got = await collect(mon, hb, where=WHERE, timeout=1.0, heartbeat_table="percona.heartbeat")
+    assert got.status is not None and got.heartbeat is not None and hb.calls == [("percona.heartbeat", 1)]
+    got = await collect(mon, hb, where=WHERE, timeout=1.0, heartbeat_table="percona.heartbeat",
+                        heartbeat_server_id=9)
+    assert hb.calls[-1] == ("percona.heartbeat", 9)
+    got = await collect(mon, hb, where=WHERE, timeout=1.0)  # no table: not read, not an error
+    assert got.heartbeat is None and got.heartbeat_error is None and len(hb.calls) == 2
+    mon.mode, mon.error = "down", "OperationalError: (2013, 'Lost connection')"
+    got = await collect(mon, hb, where=WHERE, timeout=1.0, heartbeat_table="percona.heartbeat")
+    assert got.status_error == f"{WHERE}: OperationalError: (2013, 'Lost connection')"  # named once
+    assert got.heartbeat_error == f"not read: {got.status_error}" and len(hb.calls) == 2
+    assert got.inputs().status is None
+
+
+def test_inputs_hide_seconds_behind_only_when_told() -> None:
+    from status_fixtures import replica_status  # noqa: PLC0415
+
+    from lagd.daemon.collect import ReplicaReading  # noqa: PLC0415
+
+    r = ReplicaReading(1.0, 2.0, replica_status(seconds_behind=0), None, None, None)
+    trusted, untrusted = r.inputs().status, r.inputs(trust_sbm=False).status
+    assert trusted is not None and trusted.seconds_behind == 0
+    assert untrusted is not None and untrusted.seconds_behind is None

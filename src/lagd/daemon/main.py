@@ -216,7 +216,7 @@ def run_command(config_path: Path | None) -> None:
     """Run the daemon in the foreground (systemd: Type=notify)."""
     # Until the event loop takes the signals over, a stop request ends lagd
     # cleanly (exit 0), not by the signal: nothing has started that needs undoing.
-    # (The ``lagd`` command, lagd.daemon.main(), does so before the imports already.)
+    # (The ``lagd`` command, lagd.daemon.command, does so before the imports already.)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop_before_start)
     if config_path is None and DEFAULT_CONFIG_PATH.exists():

@@ -15,17 +15,18 @@ from __future__ import annotations
 
 import copy
 import difflib
+import enum
 import functools
 import ipaddress
 import json
 import os
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, Self, get_args, get_origin
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -39,6 +40,7 @@ from lagd.errors import LagdError
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
+    "RELOAD",
     "AdvisorSettings",
     "ConfigError",
     "CredentialError",
@@ -46,6 +48,7 @@ __all__ = [
     "LagSettings",
     "LogSettings",
     "PrefetchSettings",
+    "Reload",
     "ReplicaSettings",
     "Settings",
     "StatusSettings",
@@ -54,6 +57,7 @@ __all__ = [
     "packaged_defaults",
     "parse_listen",
     "parse_size",
+    "reload_actions",
     "settings_from_dict",
 ]
 
@@ -423,6 +427,53 @@ class Settings(_Section):
             netloc = "<redacted>@" + url.netloc.rpartition("@")[2]
             d["status"]["daemon_url"] = urlunsplit(url._replace(netloc=netloc))
         return d
+
+
+# -- what a reload (SIGHUP) does with each setting -------------------------------------
+
+
+class Reload(enum.StrEnum):
+    """How a changed setting takes effect on reload, from cheapest to dearest."""
+
+    IN_PLACE = "applied in place"
+    RELAY = "restarts the relay-log reader and prefetch"
+    HTTP = "restarts the HTTP server"
+    ALL = "restarts every subsystem (new connections to the replica)"
+
+
+# Every key, once. tests/unit/test_reload.py checks that none is missing and
+# that each IN_PLACE key really changes the running daemon.
+RELOAD: Final[Mapping[str, Reload]] = {
+    **{f"replica.{k}": Reload.ALL for k in (
+        "host", "port", "socket", "user", "password_file", "password_credential", "password_env",
+        "channel", "connect_timeout", "flavor")},
+    "replica.relay_log_index": Reload.RELAY,
+    # Read at every poll.
+    **{f"lag.{k}": Reload.IN_PLACE for k in (
+        "poll_interval", "heartbeat_table", "heartbeat_server_id", "stale_after")},
+    # The probe sessions and the rewriter are made with these: a new engine.
+    **{f"prefetch.{k}": Reload.RELAY for k in (
+        "enabled", "connections", "max_keys_per_probe", "statement_timeout_ms", "schemas",
+        "exclude_schemas")},
+    # The running engine takes these (limits, tuning, window).
+    **{f"prefetch.{k}": Reload.IN_PLACE for k in (
+        "min_lead_transactions", "max_lead_transactions", "max_lead_bytes", "max_lead_seconds",
+        "buffer_pool_share", "adaptive", "evaluate_window_seconds")},
+    **{f"advisor.{k}": Reload.IN_PLACE for k in (
+        "enabled", "lag_budget_seconds", "big_transaction_bytes", "big_transaction_rows", "headroom")},
+    "http.listen": Reload.HTTP,
+    "http.enabled": Reload.HTTP,
+    "log.level": Reload.IN_PLACE,
+    "log.format": Reload.IN_PLACE,
+    # lagctl reads these; the daemon only shows them.
+    **{f"status.{k}": Reload.IN_PLACE for k in ("warn_lag_seconds", "crit_lag_seconds", "daemon_url")},
+}
+
+
+def reload_actions(changed: Iterable[str]) -> frozenset[Reload]:
+    """What a reload that changes the dotted keys ``changed`` must do (ALL includes RELAY
+    and IN_PLACE, not HTTP); a key missing from the table gets the safe choice, ALL."""
+    return frozenset(RELOAD.get(k, Reload.ALL) for k in changed)
 
 
 # -- loading ----------------------------------------------------------------------------

@@ -73,7 +73,7 @@ async def test_refresh_runs_every_rule_on_the_replica(conn: Any, caplog: pytest.
     blocking = blocking_on(conn)
     t0 = time.time()
     await adv.refresh(blocking, None)
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     assert snap["error"] is None and t0 <= snap["checked_at"] <= time.time()
     advice = {a["rule"]: a for a in snap["advice"]}
     assert set(advice) == {r.__name__ for r in RULES}
@@ -94,7 +94,7 @@ async def test_refresh_runs_every_rule_on_the_replica(conn: Any, caplog: pytest.
     # turns from info to warning on a lagging replica.
     caplog.clear()
     await adv.refresh(blocking, lag_of(adv.settings.lag_budget_seconds + 60))
-    advice = {a["rule"]: a for a in adv.snapshot()["advice"]}
+    advice = {a["rule"]: a for a in adv.snapshot().to_json()["advice"]}
     assert "over the window" in advice["log_buffer_waits"]["reason"]
     assert "innodb_flush_log_at_trx_commit=2" in advice["durability_on_lagging_replica"]["reason"]
     again = [(r.rule, r.severity) for r in caplog.records if getattr(r, "fired", False)]  # type: ignore[attr-defined]
@@ -112,19 +112,19 @@ async def test_a_failed_refresh_is_recorded_raised_and_cleared(sandbox: Sandbox)
     adv = advisor()
     c = pymysql.connect(**sandbox.replica().dsn.as_kwargs(), cursorclass=pymysql.cursors.DictCursor)
     await adv.refresh(blocking_on(c), None)
-    checked = adv.snapshot()["checked_at"]
+    checked = adv.snapshot().to_json()["checked_at"]
     c.close()
     with pytest.raises(DatabaseError) as info:
         await adv.refresh(blocking_on(c), None)
     assert info.value.kind is Kind.LOST  # the closed connection, in lagd's words
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     assert snap["error"] and snap["checked_at"] == checked and snap["advice"]  # the last advice stays
     c = pymysql.connect(**sandbox.replica().dsn.as_kwargs(), cursorclass=pymysql.cursors.DictCursor)
     try:
         await adv.refresh(blocking_on(c), None)
     finally:
         c.close()
-    assert adv.snapshot()["error"] is None
+    assert adv.snapshot().to_json()["error"] is None
 
 
 class Tail:
@@ -175,7 +175,7 @@ async def test_a_big_transaction_from_the_relay_log_until_it_is_applied(
             assert time.monotonic() < deadline, "the transaction's end never reached the relay log"
             await asyncio.sleep(0.05)
         await adv.refresh(blocking_on(conn), None)
-        (u,) = adv.snapshot()["upcoming"]
+        (u,) = adv.snapshot().to_json()["upcoming"]
         # No Annotate_rows in this replica's relay log (it does not log what
         # it applies): classified by its shape.
         assert (u["kind"], u["rows"], u["tables"]) == ("bulk_insert", ROWS, [f"{schema}.t"])
@@ -205,7 +205,7 @@ async def test_a_big_transaction_from_the_relay_log_until_it_is_applied(
         t0 = time.monotonic()
         sb.start_sql_thread()
         deadline = time.monotonic() + 120
-        while (reading := poll()).state is not ReplicaState.IDLE or adv.snapshot()["upcoming"]:
+        while (reading := poll()).state is not ReplicaState.IDLE or adv.snapshot().to_json()["upcoming"]:
             assert time.monotonic() < deadline, reading.state_reason
             await asyncio.sleep(0.1)
         took = time.monotonic() - t0
@@ -213,7 +213,7 @@ async def test_a_big_transaction_from_the_relay_log_until_it_is_applied(
         sb.start_sql_thread()
         sb.wait_caught_up(timeout=120)
 
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     assert snap["upcoming"] == [] and snap["large_transactions_seen"]["bulk_insert"] == 1
     rate = snap["apply_rate"]
     assert rate is not None and rate["observed_rows"] >= ROWS * 0.9

@@ -30,7 +30,7 @@ from lagd.cli import advise as cli_advise
 from lagd.cli.advise import advise
 from lagd.config import settings_from_dict
 from lagd.daemon.http import make_app
-from lagd.daemon.state import Snapshot
+from lagd.daemon.state import ReplicaInfo, Snapshot
 from lagd.relaylog import (
     Column,
     Event,
@@ -208,7 +208,8 @@ def advisor_of(sandbox: Sandbox, **settings: Any) -> AdvisorRuntime:
 
 def snapshot_of(adv: AdvisorRuntime) -> Snapshot:
     return Snapshot(taken_at=time.time(), version="test", started_at=time.time(), config_path=None,
-                    config_error=None, settings={}, replica={"channel": ""}, status=None,
+                    config_error=None, settings={},
+                    replica=ReplicaInfo("127.0.0.1:3306", "lagd", "", None, None), status=None,
                     status_error="not polled", lag=None, prefetch=None, prefetch_off_reason=None,
                     advisor=adv.snapshot(), health=(), loop_age=0.1)
 

@@ -11,7 +11,8 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from lagd.daemon.state import Health, Snapshot
+from lagd.advisor.runtime import AdvisorSnapshot
+from lagd.daemon.state import Health, ReplicaInfo, Snapshot
 from lagd.lag import (
     ApplyRates,
     BacklogReading,
@@ -115,11 +116,13 @@ def full_snapshot(**kw: Any) -> Snapshot:
     base: dict[str, Any] = dict(
         taken_at=NOW, version="1.2.3", started_at=NOW - 3600, config_path="lagd.toml", config_error=None,
         settings={"prefetch": {"enabled": True}},
-        replica={"endpoint": "127.0.0.1:3306", "channel": CHANNEL, "flavor": "mariadb 10.11"},
+        replica=ReplicaInfo("127.0.0.1:3306", "lagd", CHANNEL, "mariadb 10.11", None),
         status=replica_status(), status_error=None, lag=full_reading(), prefetch=full_prefetch(),
         prefetch_off_reason=None, advisor=full_advisor(), health=HEALTH, loop_age=0.4,
     )
     base.update(kw)
+    if isinstance(base["advisor"], dict):  # written here in its JSON form, partial
+        base["advisor"] = AdvisorSnapshot.from_json(base["advisor"])
     return Snapshot(**base)
 
 
@@ -127,7 +130,7 @@ def empty_snapshot() -> Snapshot:
     """Just started: nothing polled, nothing known."""
     return Snapshot(
         taken_at=NOW, version="1.2.3", started_at=NOW, config_path=None, config_error=None, settings={},
-        replica={"endpoint": "127.0.0.1:3306", "channel": ""}, status=None,
+        replica=ReplicaInfo("127.0.0.1:3306", "lagd", "", None, None), status=None,
         status_error="not polled yet", lag=None, prefetch=None, prefetch_off_reason=None, advisor=None,
         health=tuple(Health(h.name, False, "not run yet", None, None) for h in HEALTH), loop_age=0.0,
     )

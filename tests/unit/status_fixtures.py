@@ -19,8 +19,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from lagd.advisor.runtime import AdvisorSnapshot
 from lagd.config import settings_from_dict
-from lagd.daemon.state import Health, Snapshot
+from lagd.daemon.state import Health, ReplicaInfo, Snapshot
 from lagd.heartbeat import HeartbeatRow, format_ts
 from lagd.lag import Backlog, LagInputs, LagReading, LagTracker
 from lagd.mysql.replica import IoState, ReplicaStatus
@@ -124,10 +125,11 @@ def snapshot(*, status: ReplicaStatus | None, lag: LagReading | None, prefetch_:
     return Snapshot(
         taken_at=NOW + 0.4, version="0.1.0", started_at=NOW - 3_600, config_path="/etc/lagd/lagd.toml",
         config_error=None, settings=settings.public_dict(),
-        replica={"endpoint": "127.0.0.1:3306", "user": "lagd", "channel": "", "flavor": "MariaDB 10.11.19",
-                 "relay_log_index": "/var/lib/mysql/db2-relay-bin.index"},
+        replica=ReplicaInfo("127.0.0.1:3306", "lagd", "", "MariaDB 10.11.19",
+                            "/var/lib/mysql/db2-relay-bin.index"),
         status=status, status_error=status_error, lag=lag, prefetch=prefetch_, prefetch_off_reason=off,
-        advisor=advisor, health=health(*down), loop_age=0.4)
+        advisor=None if advisor is None else AdvisorSnapshot.from_json(advisor), health=health(*down),
+        loop_age=0.4)
 
 
 def caught_up() -> Snapshot:

@@ -114,7 +114,7 @@ def lag_reading(at: float, state: ReplicaState, backlog: int = 1, reason: str = 
 
 
 def upcoming(adv: AdvisorRuntime) -> list[dict[str, Any]]:
-    up = adv.snapshot()["upcoming"]
+    up = adv.snapshot().to_json()["upcoming"]
     assert isinstance(up, list)
     return up
 
@@ -131,7 +131,7 @@ def test_big_transactions_are_listed_biggest_first_and_counted() -> None:
     r.feed(small + bulk[:700])  # batches split anywhere, as the reader's are
     r.feed(bulk[700:] + load + r.trx(2)[0])
 
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     assert [(u["kind"], u["rows"], u["tables"]) for u in snap["upcoming"]] == [
         ("load_data", 4_000, ["shop.orders"]), ("bulk_insert", 1_500, ["shop.items"])]
     first = snap["upcoming"][0]
@@ -154,7 +154,7 @@ def test_the_list_is_bounded() -> None:
     r = Replica(adv)
     for n in range(advisor_runtime.LISTED + 5):
         r.feed(r.trx(1_000 + n)[0])
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     listed = advisor_runtime.LISTED
     assert len(snap["upcoming"]) == listed and snap["upcoming_total"] == listed + 5
     assert snap["upcoming"][0]["rows"] == 1_000 + advisor_runtime.LISTED + 4
@@ -171,11 +171,11 @@ def test_a_big_transaction_is_logged_as_it_streams_in_and_again_when_complete(
     (u,) = upcoming(adv)
     assert u["in_progress"] and u["relay_end"] is None and u["rows"] == 1_999
     assert u["kind"] == "bulk_delete" and "so far" in u["kind_reason"]
-    assert adv.snapshot()["large_transactions_seen"]["bulk_delete"] == 0  # counted once complete
+    assert adv.snapshot().to_json()["large_transactions_seen"]["bulk_delete"] == 0  # counted once complete
     r.feed(events[2_000:])
     (u,) = upcoming(adv)
     assert not u["in_progress"] and u["rows"] == 3_000
-    assert adv.snapshot()["large_transactions_seen"]["bulk_delete"] == 1
+    assert adv.snapshot().to_json()["large_transactions_seen"]["bulk_delete"] == 1
     big = [rec for rec in caplog.records if rec.getMessage().startswith("big transaction")]
     assert len(big) == 2 and "being received" in big[0].getMessage()
     assert (big[0].kind, big[0].bytes) == ("bulk_delete", 50_000)  # type: ignore[attr-defined]
@@ -204,22 +204,22 @@ def test_a_restarted_reader_does_not_count_again_and_resynced_clears() -> None:
     adv.reset()  # what the runtime does when it starts a new reader at the SQL thread
     assert upcoming(adv) == []
     r.feed(events)  # read again from the SQL thread's position
-    assert len(upcoming(adv)) == 1 and adv.snapshot()["large_transactions_seen"]["bulk_insert"] == 1
+    assert len(upcoming(adv)) == 1 and adv.snapshot().to_json()["large_transactions_seen"]["bulk_insert"] == 1
     r.feed([Resynced(RelayPosition(RELAY, 4), RelayPosition("relay-bin.000009", 4), "file purged")])
-    assert upcoming(adv) == [] and adv.snapshot()["lookahead"]["resyncs"] == 1
+    assert upcoming(adv) == [] and adv.snapshot().to_json()["lookahead"]["resyncs"] == 1
 
 
 def test_an_idle_reader_makes_the_list_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
     adv = AdvisorRuntime(settings())
-    assert adv.snapshot()["upcoming"] is None  # the reader has not started
-    assert "not started" in adv.snapshot()["lookahead"]["reason"]
+    assert adv.snapshot().to_json()["upcoming"] is None  # the reader has not started
+    assert "not started" in adv.snapshot().to_json()["lookahead"]["reason"]
     r = Replica(adv)
     r.feed([])
-    assert adv.snapshot()["upcoming"] == []  # known: nothing big is coming
+    assert adv.snapshot().to_json()["upcoming"] == []  # known: nothing big is coming
     now = advisor_runtime.time.monotonic()
     monkeypatch.setattr(advisor_runtime.time, "monotonic",
                         lambda: now + advisor_runtime.LOOKAHEAD_STALE_SECONDS + 1)
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     assert snap["upcoming"] is None and not snap["lookahead"]["live"]
 
 
@@ -239,7 +239,7 @@ def test_rates_are_learned_from_busy_polls_and_give_estimates() -> None:
     r.poll(RelayPosition(RELAY, 4))  # busy from here on
     for i in range(4, 40, 4):  # 4 transactions (40 rows, 1,400 bytes) a second
         r.poll(ends[i - 1])
-    rate = adv.snapshot()["apply_rate"]
+    rate = adv.snapshot().to_json()["apply_rate"]
     assert rate is not None and rate["scope"] == "all tables" and rate["tables"] == {}
     assert rate["bytes_per_second"] == pytest.approx(1_400)
     assert rate["observed_seconds"] == pytest.approx(9, rel=0.03)  # decayed with a 300 s half-life
@@ -298,7 +298,8 @@ def test_a_big_transaction_is_timed_for_its_table(caplog: pytest.LogCaptureFixtu
     rates = adv.model.table_rates()
     assert list(rates) == ["shop.orders"]
     assert rates["shop.orders"].rows_per_second == pytest.approx(1_000)
-    assert adv.snapshot()["apply_rate"]["tables"]["shop.orders"]["rows_per_second"] == pytest.approx(1_000)
+    assert adv.snapshot().apply_rate is not None
+    assert adv.snapshot().apply_rate.tables["shop.orders"].rows_per_second == pytest.approx(1_000)
     done = [rec for rec in caplog.records if rec.getMessage().startswith("big transaction applied")]
     assert len(done) == 1 and done[0].applied_seconds == pytest.approx(6)  # type: ignore[attr-defined]
 
@@ -334,14 +335,14 @@ def test_disabled_does_nothing_and_says_so() -> None:
     r = Replica(adv)
     r.feed(r.trx(5_000)[0])
     r.poll(RelayPosition(RELAY, 4))
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     assert snap["enabled"] is False and "advisor.enabled" in snap["reason"]
     assert all(snap[k] is None for k in ("upcoming", "large_transactions_seen", "advice", "apply_rate"))
     adv.configure(settings(big_transaction_rows=100))
     r.feed(r.trx(200)[0])
     assert [u["rows"] for u in upcoming(adv)] == [200] and adv.lookahead.config.big_rows == 100
     adv.configure(settings(enabled=False))
-    assert adv.snapshot()["upcoming"] is None and adv.lookahead.coming() == ()
+    assert adv.snapshot().to_json()["upcoming"] is None and adv.lookahead.coming() == ()
 
 
 @pytest.mark.asyncio
@@ -351,7 +352,7 @@ async def test_refresh_does_nothing_when_disabled() -> None:
 
     adv = AdvisorRuntime(settings(enabled=False))
     await adv.refresh(blocking, None)
-    assert adv.snapshot()["checked_at"] is None
+    assert adv.snapshot().to_json()["checked_at"] is None
 
 
 def test_a_config_reload_changes_the_thresholds_for_what_comes_next() -> None:
@@ -360,7 +361,7 @@ def test_a_config_reload_changes_the_thresholds_for_what_comes_next() -> None:
     r.feed(r.trx(1_500)[0])
     adv.configure(settings(big_transaction_rows=2_000, lag_budget_seconds=5.0))
     r.feed(r.trx(1_500)[0])
-    snap = adv.snapshot()
+    snap = adv.snapshot().to_json()
     assert [u["rows"] for u in snap["upcoming"]] == [1_500] and snap["lag_budget_seconds"] == 5.0
 
 
@@ -383,4 +384,4 @@ def test_the_snapshot_feeds_the_metrics() -> None:
     assert got[("lagd_upcoming_transaction_stall_seconds", None)] > 0
     assert got[("lagd_large_transactions_seen_total", "load_data")] == 1
     assert got[("lagd_large_transactions_seen_total", "bulk_insert")] == 1
-    json.dumps(adv.snapshot(), allow_nan=False)
+    json.dumps(adv.snapshot().to_json(), allow_nan=False)

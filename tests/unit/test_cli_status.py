@@ -294,7 +294,7 @@ def test_daemon_not_answering_falls_back_to_the_replica(tmp_path: Path, answer: 
     assert lines[0] == f"lagd daemon not reachable at {url} ({reason}); showing the replica's own status"
     # Neither answers: the verdict says what is wrong, never a lag of 0.
     assert result.exit_code == UNKNOWN, result.output
-    assert lines[-1].startswith("UNKNOWN: lag unknown, no replica status: cannot connect to 127.0.0.1:")
+    assert lines[-1].startswith("UNKNOWN: lag unknown, no replica status: replica 127.0.0.1:")
     assert "Traceback" not in result.output
 
 
@@ -389,3 +389,18 @@ def test_advisor_on_the_screen(advisor: Any, text: str) -> None:
     origin = Origin("daemon", "http://127.0.0.1:9904")
     code, line = verdict(doc, 60, 300)
     assert text in render_plain(screen_rows(doc, origin), origin, code, line)
+
+
+def test_a_fault_shows_on_the_screen_with_its_fix_and_duration() -> None:
+    doc = load("starting")
+    doc["health"] = [{"name": "replica_status", "up": False, "failing_since": doc["taken_at"] - 125,
+                      "reason": "replica 127.0.0.1:3306: Access denied for user 'lagd' (error 1045)",
+                      "fix": "check replica.user and the password", "last_success": None,
+                      "last_duration": None},
+                     {"name": "relay_log", "up": False, "reason": "not run yet", "failing_since": None}]
+    origin = Origin("daemon", "http://127.0.0.1:9904")
+    code, line = verdict(doc, 60, 300)
+    text = render_plain(screen_rows(doc, origin), origin, code, line)
+    assert ("fault      replica_status: replica 127.0.0.1:3306: Access denied for user 'lagd' (error 1045) "
+            "(fix: check replica.user and the password); for 125 s (2 min)") in text
+    assert "relay_log" not in text

@@ -9,6 +9,7 @@ import pytest
 import status_fixtures as fx
 from status_fixtures import NOW
 
+from lagd.advisor.runtime import ApplyRateView
 from lagd.daemon.state import Snapshot
 from lagd.daemon.throttle import BadBudget, budget_from_query, decide, default_budget
 from lagd.lag import Backlog, LagMethod
@@ -91,7 +92,10 @@ def test_backlog_in_seconds_at_the_learned_rate() -> None:
     v = decide(snap, 5.0, NOW + 1)
     assert v.backlog_bytes == 310 * 2**20 and v.backlog_seconds is None  # no rate learned
     assert v.at == snap.lag.at if snap.lag else False
-    advisor = dict(snap.advisor or {}, apply_rate={"bytes_per_second": 2**20, "rows_per_second": 1000.0})
+    assert snap.advisor is not None
+    rate = ApplyRateView(bytes_per_second=2**20, rows_per_second=1000.0, observed_seconds=None,
+                         observed_rows=None, scope=None, tables={})
+    advisor = dataclasses.replace(snap.advisor, apply_rate=rate)
     v = decide(dataclasses.replace(snap, advisor=advisor), 5.0, NOW + 1)
     assert v.backlog_seconds == 310.0 and v.to_json()["backlog_seconds"] == 310.0
     assert decide(fx.starting(), 5.0, NOW + 1).backlog_bytes is None

@@ -12,7 +12,8 @@ The runtime calls in, from its own tasks, all on the event loop:
 - :meth:`~AdvisorRuntime.refresh` every half minute: the replica's variables
   and status over SQL (in a worker thread), and the settings rules;
 - :meth:`~AdvisorRuntime.snapshot` for /status, /metrics and lagctl: a
-  JSON-ready dict, split advice computed from the latest rates and limits.
+  typed :class:`AdvisorSnapshot` (its field names are the JSON keys), split
+  advice computed from the latest rates and limits.
 
 Apply rates. An interval between two polls counts when the SQL thread had
 work at its start (state ``applying``, or ``io_stopped`` with a backlog):
@@ -34,6 +35,8 @@ error, so only transactions of several seconds weigh in, see
 from __future__ import annotations
 
 import collections
+import dataclasses
+import json
 import logging
 import math
 import time
@@ -70,12 +73,18 @@ __all__ = [
     "LISTED",
     "LOOKAHEAD_STALE_SECONDS",
     "MAX_POLL_GAP",
+    "AdviceView",
     "AdvisorRuntime",
+    "AdvisorSnapshot",
+    "ApplyRateView",
     "Blocking",
+    "LimitView",
+    "LookaheadView",
+    "RateView",
+    "SplitView",
+    "UpcomingView",
     "advice_dicts",
-    "apply_rate_dict",
     "gather_replica",
-    "split_dict",
 ]
 
 log = logging.getLogger("lagd.advisor")
@@ -84,8 +93,8 @@ T = TypeVar("T")
 
 
 class Blocking(Protocol):
-    """Runs ``fn(conn)`` on a blocking PyMySQL connection in a worker thread
-    (``Runtime.blocking``): ``Callable[[Callable[[Any], T]], Awaitable[T]]``."""
+    """Runs ``fn(conn)`` on a blocking connection off the event loop
+    (``lagd.mysql.session.BlockingSession.run``)."""
 
     def __call__(self, fn: Callable[[Any], T], /) -> Awaitable[T]: ...
 
@@ -130,31 +139,173 @@ def _finite(x: float | None) -> float | None:
     return x if x is None or math.isfinite(x) else None
 
 
-def split_dict(a: SplitAdvice) -> dict[str, Any]:
-    return {
-        "needed": a.needed, "text": a.text, "reason": a.reason,
-        "chunk_rows": a.chunk_rows, "chunk_bytes": a.chunk_bytes, "chunks": a.chunks, "bound": a.bound,
-        "pause_seconds": _finite(a.pause_seconds), "apply_seconds": _finite(a.apply_seconds),
-        "chunk_apply_seconds": _finite(a.chunk_apply_seconds),
-        "worst_lag_without_split": _finite(a.worst_lag_without_split),
-        "worst_lag_with_split": _finite(a.worst_lag_with_split),
-        "worst_lag_split_no_pause": _finite(a.worst_lag_split_no_pause),
-        "commands": list(a.commands),
-    }
+# ----- the snapshot's types: what /status, /metrics and lagctl read -------------------------
+# Field names are the JSON keys of /status (Snapshot.to_json), which lagctl reads.
 
 
-def _rate_dict(r: ApplyRate) -> dict[str, Any]:
-    return {"bytes_per_second": r.bytes_per_second, "rows_per_second": r.rows_per_second,
-            "observed_seconds": r.seconds, "observed_rows": r.rows, "scope": r.scope}
+@dataclass(frozen=True, slots=True)
+class RateView:
+    bytes_per_second: float | None
+    rows_per_second: float | None
+    observed_seconds: float | None
+    observed_rows: float | None
+    scope: str | None
 
 
-def apply_rate_dict(model: ApplyRateModel, tables: int = 10) -> dict[str, Any] | None:
+@dataclass(frozen=True, slots=True)
+class ApplyRateView(RateView):
+    tables: dict[str, RateView]  # the tables with a rate of their own, fastest learned first
+
+
+@dataclass(frozen=True, slots=True)
+class SplitView:
+    needed: bool | None
+    text: str | None
+    reason: str | None
+    chunk_rows: int | None = None
+    chunk_bytes: int | None = None
+    chunks: int | None = None
+    bound: str | None = None
+    pause_seconds: float | None = None
+    apply_seconds: float | None = None
+    chunk_apply_seconds: float | None = None
+    worst_lag_without_split: float | None = None
+    worst_lag_with_split: float | None = None
+    worst_lag_split_no_pause: float | None = None
+    commands: tuple[str, ...] = ()
+    limits_known: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class UpcomingView:
+    """One big transaction received and not applied (or being received)."""
+
+    gtid: str | None
+    kind: str
+    kind_reason: str | None
+    rows: int | None
+    rows_are_file_lines: bool
+    bytes: int | None
+    size_basis: str | None
+    tables: tuple[str, ...]
+    statement: str | None
+    source_exec_seconds: float | None
+    commit_time: float | None
+    relay_start: str | None
+    relay_end: str | None
+    estimated_seconds: float | None
+    estimate_basis: str | None
+    split: SplitView | None
+    in_progress: bool
+    applying: bool
+    applying_since: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceView:
+    rule: str
+    fired: bool
+    severity: str
+    advice: str
+    caveat: str | None
+    reason: str | None
+    since: float | None  # wall clock when it started to fire
+
+
+@dataclass(frozen=True, slots=True)
+class LookaheadView:
+    live: bool
+    read_position: str | None
+    transactions: int
+    big: int
+    big_not_listed: int
+    abandoned: int
+    resyncs: int
+    reason: str | None  # why not live
+
+
+@dataclass(frozen=True, slots=True)
+class LimitView:
+    name: str
+    bytes: int
+    hard: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AdvisorSnapshot:
+    """The advisor's part of the daemon's snapshot; None values are "not known", never 0."""
+
+    enabled: bool
+    reason: str | None  # why it is off
+    lag_budget_seconds: float
+    headroom: float
+    upcoming: tuple[UpcomingView, ...] | None = None  # None: the look-ahead has not reported
+    upcoming_total: int | None = None
+    large_transactions_seen: dict[str, int] | None = None
+    lookahead: LookaheadView | None = None
+    advice: tuple[AdviceView, ...] | None = None  # None: the settings were not read yet
+    checked_at: float | None = None
+    error: str | None = None
+    limits: tuple[LimitView, ...] | None = None
+    apply_rate: ApplyRateView | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = json.loads(json.dumps(dataclasses.asdict(self)))
+        return out
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> AdvisorSnapshot:
+        """From the JSON form (/status, recorded fixtures); missing keys are "not known"."""
+        def rate(r: Mapping[str, Any]) -> RateView:
+            return _build(RateView, r)
+
+        def apply_rate(r: Mapping[str, Any] | None) -> ApplyRateView | None:
+            if r is None:
+                return None
+            return _build(ApplyRateView, r, tables=lambda t: {k: rate(v) for k, v in (t or {}).items()})
+
+        def upcoming(u: Mapping[str, Any]) -> UpcomingView:
+            return _build(UpcomingView, u, tables=lambda t: tuple(t or ()),
+                          split=lambda x: None if x is None else _build(
+                              SplitView, x, commands=lambda c: tuple(c or ())))
+
+        def items(conv: Any) -> Any:
+            return lambda v: None if v is None else tuple(conv(x) for x in v)
+
+        return _build(cls, d, upcoming=items(upcoming), advice=items(lambda a: _build(AdviceView, a)),
+                      lookahead=lambda x: None if x is None else _build(LookaheadView, x),
+                      limits=items(lambda x: _build(LimitView, x)), apply_rate=apply_rate)
+
+
+def _build(cls: type[T], d: Mapping[str, Any], **convert: Callable[[Any], Any]) -> T:
+    args = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        if f.name in d or f.default is dataclasses.MISSING:
+            value = d.get(f.name)
+            args[f.name] = convert[f.name](value) if f.name in convert else value
+    return cls(**args)
+
+
+def _rate_view(r: ApplyRate) -> RateView:
+    return RateView(r.bytes_per_second, r.rows_per_second, r.seconds, r.rows, r.scope)
+
+
+def apply_rate_view(model: ApplyRateModel, tables: int = 10) -> ApplyRateView | None:
     """The overall rate, and the tables with a rate of their own; None before one was learned."""
     overall = model.rate()
     if overall is None:
         return None
     own = list(model.table_rates().items())[:tables]
-    return {**_rate_dict(overall), "tables": {t: _rate_dict(r) for t, r in own}}
+    return ApplyRateView(overall.bytes_per_second, overall.rows_per_second, overall.seconds, overall.rows,
+                         overall.scope, {t: _rate_view(r) for t, r in own})
+
+
+def split_view(a: SplitAdvice, limits_known: bool) -> SplitView:
+    return SplitView(
+        a.needed, a.text, a.reason, a.chunk_rows, a.chunk_bytes, a.chunks, a.bound,
+        _finite(a.pause_seconds), _finite(a.apply_seconds), _finite(a.chunk_apply_seconds),
+        _finite(a.worst_lag_without_split), _finite(a.worst_lag_with_split),
+        _finite(a.worst_lag_split_no_pause), tuple(a.commands), limits_known)
 
 
 def _secs(x: float | None) -> str:
@@ -434,36 +585,28 @@ class AdvisorRuntime:
     def _live(self) -> bool:
         return self._fed_at is not None and time.monotonic() - self._fed_at <= LOOKAHEAD_STALE_SECONDS
 
-    def snapshot(self) -> dict[str, Any]:
-        """JSON-ready: what /status, /metrics and ``lagctl advise`` show.
+    def snapshot(self) -> AdvisorSnapshot:
+        """What /status, /metrics and ``lagctl advise`` show.
 
         ``upcoming`` is None (not known, so not 0) until the look-ahead reader
         feeds it, or when it has not for ``LOOKAHEAD_STALE_SECONDS``; ``advice``
         is None until the replica's settings were read once.
         """
         s = self.settings
-        out: dict[str, Any] = {
-            "enabled": s.enabled,
-            "reason": None if s.enabled else "advisor.enabled is false in the configuration",
-            "lag_budget_seconds": s.lag_budget_seconds,
-            "headroom": s.headroom,
-            "upcoming": None, "upcoming_total": None, "large_transactions_seen": None, "lookahead": None,
-            "advice": None, "checked_at": None, "error": None, "apply_rate": None,
-        }
         if not s.enabled:
-            return out
+            return AdvisorSnapshot(False, "advisor.enabled is false in the configuration",
+                                   s.lag_budget_seconds, s.headroom)
         live = self._live()
         la = self.lookahead
         st = la.stats
-        out["lookahead"] = {
-            "live": live, "read_position": str(self._read_pos) if self._read_pos else None,
-            "transactions": st.transactions, "big": st.big, "big_not_listed": st.big_not_kept,
-            "abandoned": st.abandoned, "resyncs": st.resyncs,
-            "reason": None if live else (
+        lookahead = LookaheadView(
+            live, str(self._read_pos) if self._read_pos else None, st.transactions, st.big, st.big_not_kept,
+            st.abandoned, st.resyncs,
+            None if live else (
                 "the look-ahead reader has not started" if self._fed_at is None else
-                f"the look-ahead reader has not read for more than {LOOKAHEAD_STALE_SECONDS:g} s"),
-        }
-        out["large_transactions_seen"] = dict(self.seen)
+                f"the look-ahead reader has not read for more than {LOOKAHEAD_STALE_SECONDS:g} s"))
+        upcoming: tuple[UpcomingView, ...] | None = None
+        total: int | None = None
         if live:
             items: list[TransactionSummary] = []
             keys: set[_Key] = set()
@@ -473,33 +616,32 @@ class AdvisorRuntime:
                     keys.add(_key(t))
                     items.append(t)
             items.sort(key=lambda t: (-t.size_bytes, t.start))
-            out["upcoming"] = [self._item(t) for t in items[:LISTED]]
-            out["upcoming_total"] = len(items)
+            upcoming = tuple(self._item(t) for t in items[:LISTED])
+            total = len(items)
+        advice = None
         if self._advice is not None:
-            out["advice"] = advice_dicts(self._advice, {r: since for r, (_, since) in self._firing.items()})
-        out["checked_at"] = self._checked_at
-        out["error"] = self._error
-        out["limits"] = None if self._limits is None else [
-            {"name": n, "bytes": b, "hard": h} for n, b, h in self._limits.bounds()]
-        out["apply_rate"] = apply_rate_dict(self.model)
-        return out
+            since = {r: at for r, (_, at) in self._firing.items()}
+            advice = tuple(AdviceView(**a) for a in advice_dicts(self._advice, since))
+        limits = None if self._limits is None else tuple(
+            LimitView(n, b, h) for n, b, h in self._limits.bounds())
+        return AdvisorSnapshot(
+            True, None, s.lag_budget_seconds, s.headroom, upcoming, total, dict(self.seen), lookahead,
+            advice, self._checked_at, self._error, limits, apply_rate_view(self.model))
 
-    def _item(self, t: TransactionSummary) -> dict[str, Any]:
+    def _item(self, t: TransactionSummary) -> UpcomingView:
         est, basis = self.model.estimate_seconds(t)
         split = self._split(t)
-        split_out = None if split is None else {**split_dict(split), "limits_known": self._limits is not None}
         pos = self._pos
         applying = pos is not None and t.start <= pos and (t.end is None or pos < t.end)
         tr = self._tracks.get(_key(t)) if applying else None
-        return {
-            "gtid": t.gtid, "kind": t.kind.value, "kind_reason": t.kind_reason,
-            "rows": t.rows_estimate, "rows_are_file_lines": t.rows == 0 and bool(t.load_data_lines),
-            "bytes": t.size_bytes, "size_basis": t.size_basis, "tables": list(t.tables),
-            "statement": t.statement, "source_exec_seconds": t.source_exec_seconds,
-            "commit_time": t.commit_time, "relay_start": str(t.start),
-            "relay_end": str(t.end) if t.end is not None else None,
-            "estimated_seconds": _finite(est), "estimate_basis": basis,
-            "split": split_out,
-            "in_progress": not t.complete,
-            "applying": applying, "applying_since": tr.started if tr is not None else None,
-        }
+        return UpcomingView(
+            gtid=t.gtid, kind=t.kind.value, kind_reason=t.kind_reason,
+            rows=t.rows_estimate, rows_are_file_lines=t.rows == 0 and bool(t.load_data_lines),
+            bytes=t.size_bytes, size_basis=t.size_basis, tables=tuple(t.tables),
+            statement=t.statement, source_exec_seconds=t.source_exec_seconds,
+            commit_time=t.commit_time, relay_start=str(t.start),
+            relay_end=str(t.end) if t.end is not None else None,
+            estimated_seconds=_finite(est), estimate_basis=basis,
+            split=None if split is None else split_view(split, self._limits is not None),
+            in_progress=not t.complete,
+            applying=applying, applying_since=tr.started if tr is not None else None)

@@ -29,11 +29,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import click
-import pymysql
 
 from lagd import __version__
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, load_settings
-from lagd.errors import LagdError
 
 OK, WARNING, CRITICAL, UNKNOWN = 0, 1, 2, 3
 LABELS = {OK: "OK", WARNING: "WARNING", CRITICAL: "CRITICAL", UNKNOWN: "UNKNOWN"}
@@ -231,6 +229,7 @@ def screen_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:
     status = snap.get("status") if isinstance(snap.get("status"), Mapping) else None
     lag = snap.get("lag") if isinstance(snap.get("lag"), Mapping) else None
     rows += _replica_rows(snap, status)
+    rows += _fault_rows(snap)
     rows += _lag_rows(snap, lag, origin)
     rows += _progress_rows(lag, origin)
     rows += _prefetch_rows(snap, origin)
@@ -271,6 +270,24 @@ def _replica_rows(snap: Mapping[str, Any], status: Mapping[str, Any] | None) -> 
         rows.append(Row("errors", "none"))
     if status.get("sql_delay"):
         rows.append(Row("delay", f"SQL_Delay {status['sql_delay']} s (intended; included in the lag)"))
+    return rows
+
+
+def _fault_rows(snap: Mapping[str, Any]) -> list[Row]:
+    """Each subsystem that fails now: its cause, the fix, and for how long."""
+    rows: list[Row] = []
+    taken_at = _num(snap.get("taken_at"))
+    for h in snap.get("health") or ():
+        if not isinstance(h, Mapping) or h.get("up") is not False or h.get("reason") == "not run yet":
+            continue
+        reason, fix = str(h.get("reason") or "failing"), h.get("fix")
+        since = _num(h.get("failing_since"))
+        text = f"{h.get('name', '?')}: {reason}"
+        if fix and str(fix) not in reason:
+            text += f" (fix: {fix})"
+        if since is not None and taken_at is not None:
+            text += f"; for {_secs(max(0.0, taken_at - since))}"
+        rows.append(Row("fault" if not rows else "", text, "warn"))
     return rows
 
 
@@ -533,64 +550,31 @@ def _jsonable(value: Any) -> Any:
 
 
 def replica_snapshot(settings: Settings, config_path: Path | None) -> dict[str, Any]:
-    """A snapshot made by asking the replica directly, shaped like the daemon's ``/status``."""
-    from lagd.daemon.state import Snapshot  # noqa: PLC0415
-    from lagd.heartbeat import read_heartbeat  # noqa: PLC0415 - only the fallback needs these
-    from lagd.lag import LagInputs, LagTracker  # noqa: PLC0415
-    from lagd.mysql.endpoint import Endpoint  # noqa: PLC0415
-    from lagd.mysql.replica import detect_flavor, fetch_replica_status  # noqa: PLC0415
+    """A snapshot made by asking the replica directly, shaped like the daemon's ``/status``.
+
+    The replica is read by the function the daemon polls with
+    (:func:`lagd.daemon.wiring.read_replica`) and judged by the same tracker.
+    """
+    import asyncio  # noqa: PLC0415 - only the fallback needs these
+
+    from lagd.daemon.state import ReplicaInfo, Snapshot  # noqa: PLC0415
+    from lagd.daemon.wiring import read_replica  # noqa: PLC0415
+    from lagd.lag import LagTracker  # noqa: PLC0415
 
     r = settings.replica
-    where = r.socket or f"{r.host}:{r.port}"
-    status = flavor = row = None
-    status_error = hb_error = None
-    try:
-        endpoint = Endpoint(r.host, r.port, r.user, r.password(), r.socket, r.connect_timeout)
-        conn = pymysql.connect(**endpoint.pymysql_kwargs())
-    except LagdError as e:
-        status_error = str(e)
-    except pymysql.err.MySQLError as e:
-        status_error = f"cannot connect to {where} as {r.user}: {_mysql_message(e)}"
-    else:
-        try:
-            flavor = detect_flavor(conn)
-            status = fetch_replica_status(conn, r.channel, flavor)
-            table = settings.lag.heartbeat_table
-            if table:
-                server_id = settings.lag.heartbeat_server_id or status.source_server_id or None
-                try:
-                    row = read_heartbeat(conn, table, server_id)
-                    if row is None:
-                        hb_error = f"no heartbeat row for server_id {server_id} in {table}"
-                except (LagdError, pymysql.err.MySQLError) as e:
-                    hb_error = str(e) if isinstance(e, LagdError) else _mysql_message(e)
-        except LagdError as e:
-            status_error = str(e)
-        except pymysql.err.MySQLError as e:
-            status_error = f"{where}: {_mysql_message(e)}"
-        finally:
-            conn.close()
-    now = time.time()
-    reading = LagTracker(stale_after=settings.lag.stale_after).update(LagInputs(
-        now=now, monotonic=time.monotonic(), status=status, status_error=status_error,
-        heartbeat=row, heartbeat_error=hb_error, backlog=None))
+    reading = asyncio.run(read_replica(settings))
+    lag = LagTracker(stale_after=settings.lag.stale_after).update(reading.inputs())
+    flavor = reading.flavor
     snap = Snapshot(
-        taken_at=now, version=__version__, started_at=now,
+        taken_at=reading.wall, version=__version__, started_at=reading.wall,
         config_path=str(config_path) if config_path else None, config_error=None,
         settings=settings.public_dict(),
-        replica={"endpoint": where, "user": r.user, "channel": r.channel,
-                 "flavor": str(flavor) if flavor else None, "relay_log_index": None},
-        status=status, status_error=status_error, lag=reading, prefetch=None,
+        replica=ReplicaInfo(r.socket or f"{r.host}:{r.port}", r.user, r.channel,
+                            str(flavor) if flavor else None, None),
+        status=reading.status, status_error=reading.status_error, lag=lag, prefetch=None,
         prefetch_off_reason="the daemon is not running; prefetch runs inside it",
         advisor=None, health=(), loop_age=0.0)
     return dict(_jsonable(snap.to_json()))
-
-
-def _mysql_message(e: pymysql.err.MySQLError) -> str:
-    args = e.args
-    if len(args) >= 2:
-        return f"{args[1]} (error {args[0]})"
-    return str(e)
 
 
 # --- the command ------------------------------------------------------------------------

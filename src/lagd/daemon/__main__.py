@@ -1,3 +1,3 @@
-from lagd.daemon.main import main
+from lagd.daemon import command
 
-main()
+command()

@@ -15,15 +15,26 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, Settings, changed_keys, load_settings
-from lagd.daemon import sdnotify
+from lagd.config import (
+    DEFAULT_CONFIG_PATH,
+    RELOAD,
+    ConfigError,
+    Reload,
+    Settings,
+    changed_keys,
+    load_settings,
+    reload_actions,
+)
+from lagd.daemon import _stop_before_start, sdnotify, wiring
 from lagd.daemon.http import HttpServer
 from lagd.daemon.runtime import Runtime
+from lagd.daemon.state import Snapshot
 from lagd.errors import LagdError
 from lagd.heartbeat import heartbeat_command
 
@@ -62,20 +73,25 @@ def status_line(rt: Runtime) -> str:
         return "starting: no lag reading yet"
     known = lag.lag is not None and lag.lag_method is not None
     value = f"{lag.lag:.1f}s by {lag.lag_method.value}" if known and lag.lag_method else "unknown"
-    pf = rt.engine.state if rt.engine is not None else "off"
+    pf = rt.prefetcher.snapshot().state if rt.prefetcher is not None else "off"
     return f"{lag.state.value}: lag {value}; prefetch {pf}"
 
 
+RuntimeFactory = Callable[[Settings, "Path | None", Callable[[], None]], Runtime]
+
+
 class Daemon:
-    def __init__(self, settings: Settings, config_path: Path | None) -> None:
+    def __init__(self, settings: Settings, config_path: Path | None,
+                 make_runtime: RuntimeFactory = wiring.runtime) -> None:
         self.settings = settings
         self.config_path = config_path
-        self.runtime = Runtime(settings, config_path, on_ready=self._ready)
+        self.make_runtime = make_runtime
+        self.runtime = make_runtime(settings, config_path, self._ready)
         self.http: HttpServer | None = None
         self.stop = asyncio.Event()
         self.reload_requested = asyncio.Event()
 
-    def _snapshot(self) -> Any:
+    def _snapshot(self) -> Snapshot:
         return self.runtime.snapshot()
 
     def _ready(self) -> None:
@@ -127,10 +143,14 @@ class Daemon:
             await self.http.stop()
 
     async def reload(self) -> None:
+        """Re-read the config; each changed key takes effect as config.RELOAD declares."""
         sdnotify.reloading()
         try:
             new = load_settings(self.config_path)
             new.replica.check_password()
+            changed = changed_keys(self.settings, new)
+            actions = reload_actions(changed)
+            fresh = self.make_runtime(new, self.config_path, lambda: None) if Reload.ALL in actions else None
         except LagdError as e:
             problems = getattr(e, "problems", None) or (str(e),)
             msg = "; ".join(problems)
@@ -138,27 +158,31 @@ class Daemon:
             log.error("reload refused, keeping the previous config: %s", msg)
             sdnotify.ready(f"reload refused: {msg[:200]}")
             return
-        changed = changed_keys(self.settings, new)
         self.runtime.config_error = None
-        log.info("reloaded %s: %s", self.config_path, ", ".join(changed) or "nothing changed")
-        restart = any(k.startswith(("replica.", "http.", "prefetch.enabled", "prefetch.connections",
-                                    "prefetch.statement_timeout_ms", "prefetch.max_keys_per_probe",
-                                    "prefetch.schemas", "prefetch.exclude_schemas")) for k in changed)
+        log.info("reloaded %s: %s", self.config_path, "; ".join(
+            f"{k} ({RELOAD.get(k, Reload.ALL)})" for k in changed) or "nothing changed")
         if any(k.startswith("log.") for k in changed):
             setup_logging(new)
         self.settings = new
-        if restart:
-            # The replica, its credentials or the probe sessions change: start the subsystems afresh.
+        if fresh is not None:
+            # The replica, its credentials or the sessions change: start the subsystems afresh.
             await self.runtime.stop()
-            if self.http is not None and any(k.startswith("http.") for k in changed):
-                await self.http.stop()
-                self.http = None
-            self.runtime = Runtime(new, self.config_path, on_ready=lambda: None)
+            self.runtime = fresh
             self.runtime.start()
-            if self.http is None:
-                await self._start_http()
         else:
             self.runtime.apply(new)
+            if Reload.RELAY in actions:
+                await self.runtime.restart_relay()
+        if Reload.HTTP in actions:
+            if self.http is not None:
+                await self.http.stop()
+                self.http = None
+            try:
+                await self._start_http()
+            except OSError as e:
+                self.runtime.config_error = f"cannot listen on {new.http.listen}: {e.strerror or e}"
+                log.error("reload: %s; the HTTP server is off until the next reload",
+                          self.runtime.config_error)
         sdnotify.ready(status_line(self.runtime))
 
     async def _watchdog(self) -> None:
@@ -190,6 +214,11 @@ def main() -> None:
               help=f"TOML config (default {DEFAULT_CONFIG_PATH} when it exists, else built-in defaults)")
 def run_command(config_path: Path | None) -> None:
     """Run the daemon in the foreground (systemd: Type=notify)."""
+    # Until the event loop takes the signals over, a stop request ends lagd
+    # cleanly (exit 0), not by the signal: nothing has started that needs undoing.
+    # (The ``lagd`` command, lagd.daemon.command, does so before the imports already.)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_before_start)
     if config_path is None and DEFAULT_CONFIG_PATH.exists():
         config_path = DEFAULT_CONFIG_PATH
     try:

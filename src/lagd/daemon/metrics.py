@@ -136,7 +136,7 @@ def replica_metrics(s: Snapshot) -> Iterator[Metric]:
                   ["channel", "flavor", "source"])
     st_ = s.status
     source = f"{st_.source_host}:{st_.source_port}" if st_ is not None else ""
-    info.add_metric([ch, str(s.replica.get("flavor") or ""), source], 1.0)
+    info.add_metric([ch, s.replica.flavor or "", source], 1.0)
     yield info
 
     if st_ is None:
@@ -340,9 +340,8 @@ def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
     yield from _nonempty(families)
 
 
-def _biggest(upcoming: Iterable[Any], key: str) -> float:
-    values = [v for u in upcoming if isinstance(u, Mapping) and (v := _num(u.get(key))) is not None]
-    return max(values, default=0.0)
+def _biggest(values: Iterable[float | int | None]) -> float:
+    return float(max((v for v in values if v is not None), default=0.0))
 
 
 def _rank(fired: bool, severity: str) -> tuple[bool, int]:
@@ -351,48 +350,44 @@ def _rank(fired: bool, severity: str) -> tuple[bool, int]:
 
 def advisor_metrics(s: Snapshot) -> Iterator[Metric]:
     a = s.advisor
-    if not isinstance(a, Mapping):
+    if a is None:
         return
     ch = s.channel
-    upcoming = a.get("upcoming")
-    if isinstance(upcoming, list | tuple):
-        for name, key, doc in (
-            ("lagd_upcoming_transaction_bytes", "bytes",
+    if a.upcoming is not None:
+        for name, values, doc in (
+            ("lagd_upcoming_transaction_bytes", [u.bytes for u in a.upcoming],
              "Size of the largest big transaction received but not applied; 0 when none."),
-            ("lagd_upcoming_transaction_rows", "rows",
+            ("lagd_upcoming_transaction_rows", [u.rows for u in a.upcoming],
              "Row changes of the largest big transaction received but not applied; 0 when none."),
-            ("lagd_upcoming_transaction_stall_seconds", "estimated_seconds",
+            ("lagd_upcoming_transaction_stall_seconds", [u.estimated_seconds for u in a.upcoming],
              "Estimated seconds the SQL thread will spend on the longest coming big transaction."),
         ):
             g = _gauge(name, doc, ["channel"])
-            g.add_metric([ch], _biggest(upcoming, key))
+            g.add_metric([ch], _biggest(values))
             yield g
         n = _gauge("lagd_upcoming_transactions", "Big transactions received but not applied.", ["channel"])
-        n.add_metric([ch], float(len(upcoming)))
+        n.add_metric([ch], float(len(a.upcoming)))
         yield n
 
-    seen = a.get("large_transactions_seen")
-    if isinstance(seen, Mapping):
+    if a.large_transactions_seen is not None:
         counts = {k.value: 0.0 for k in TxKind}
-        counts.update({str(k): v for k, v in seen.items() if _num(v) is not None})
+        counts.update({str(k): float(v) for k, v in a.large_transactions_seen.items()})
         f = _counter("lagd_large_transactions_seen", "Big transactions seen in the relay log, by kind.",
                      ["channel", "kind"])
         for kind, v in sorted(counts.items()):
             _add(f, [ch, kind], v)
         yield f
 
-    advice = a.get("advice")
-    if isinstance(advice, list | tuple):
+    if a.advice is not None:
         per_rule: dict[str, tuple[bool, str]] = {}
-        for item in advice:
-            if not isinstance(item, Mapping) or not item.get("rule"):
+        for item in a.advice:
+            if not item.rule:
                 continue
-            rule, fired = str(item["rule"]), bool(item.get("fired"))
-            severity = str(item.get("severity") or "info")
-            had = per_rule.get(rule)
+            severity = item.severity or "info"
+            had = per_rule.get(item.rule)
             # One series per rule: a fired verdict wins, then the more severe.
-            if had is None or _rank(fired, severity) > _rank(*had):
-                per_rule[rule] = (fired, severity)
+            if had is None or _rank(item.fired, severity) > _rank(*had):
+                per_rule[item.rule] = (item.fired, severity)
         g = _gauge("lagd_advice_active", "1 while the advisor rule fires, 0 while it is silent.",
                    ["rule", "severity"])
         for rule, (fired, severity) in sorted(per_rule.items()):

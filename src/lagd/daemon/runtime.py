@@ -1,14 +1,27 @@
 """The daemon's subsystems as asyncio tasks, and the snapshot they make together.
 
+The runtime schedules and keeps state; it does no I/O of its own. Everything
+that talks to the server or the disk is a collaborator passed in
+(:class:`Parts`, built from the settings by :mod:`lagd.daemon.wiring`), so a
+unit test runs it with fakes and no server.
+
 Ownership (one writer each, everything else reads their latest values):
-- ``lag`` task: polls the replica's status and heartbeat every poll interval
-  and turns them, with the backlog, into a LagReading.
-- ``tail`` task: the look-ahead reader; decodes everything between the SQL
-  thread and the end of the relay log into the Backlog and the advisor's
-  look-ahead.
-- ``prefetch`` task: the prefetch engine (its own cursor, monitor and pool).
-- ``advisor`` task: settings advice and split advice, every half minute.
+- ``lag`` task: collects the replica's status and heartbeat every poll
+  interval and turns them, with the backlog, into a LagReading.
+- ``relay`` task: the look-ahead reader (everything between the SQL thread and
+  the end of the relay log, into the Backlog and the advisor) and the
+  prefetcher, restarted together on trouble.
+- ``advisor`` task: settings advice, every half minute.
 The relay log feeds three consumers; MySQL is never queried at scrape time.
+
+Two promises shape the code. Stop: every wait is on the stop event and every
+question to the server has a deadline, so SIGTERM ends the daemon within its
+budget in any state. No false number: a failed poll makes the status absent
+at once, and after anything that may have started the relay log anew (a
+restart or reconnect of the replica, STOP/START SLAVE, the SQL thread moving
+back or to a file the reader never saw) the backlog, the state idle/applying
+and Seconds_Behind are withheld until the reader, repositioned at the SQL
+thread, has read to the end of the relay log again.
 """
 
 from __future__ import annotations
@@ -17,321 +30,438 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
-
-import pymysql
+from typing import Any, Protocol, TypeVar
 
 from lagd import __version__
 from lagd.advisor.runtime import AdvisorRuntime
 from lagd.backlog import Backlog
-from lagd.config import Settings
-from lagd.daemon.state import Health, Snapshot
+from lagd.config import PrefetchSettings, Settings
+from lagd.daemon.collect import HeartbeatSource, ReplicaReading, StatusMonitor, collect
+from lagd.daemon.health import Tracked
+from lagd.daemon.state import ReplicaInfo, Snapshot
 from lagd.errors import LagdError
-from lagd.heartbeat import read_heartbeat
 from lagd.lag import Backlog as LagBacklog
-from lagd.lag import LagInputs, LagReading, LagTracker
-from lagd.mysql.endpoint import Endpoint
-from lagd.mysql.monitor import ReplicaMonitor, Sample
-from lagd.prefetch.engine import PrefetchEngine, with_limits
-from lagd.prefetch.rewrite import ProbeBatcher
-from lagd.prefetch.service import PrefetchOptions, build_engine, check_readable, relay_log_index
+from lagd.lag import LagMethod, LagReading, LagTracker, ReplicaState
+from lagd.mysql.replica import IoState, ReplicaStatus
+from lagd.prefetch.engine import PrefetchSnapshot
 from lagd.relaylog import (
-    LogFiles,
+    Event,
     RelayLogError,
-    RelayLogReader,
     RelayPosition,
     Resynced,
     RowChange,
-    TableMapResolver,
     TransactionEnd,
     TransactionStart,
 )
 
 log = logging.getLogger("lagd")
 
+T = TypeVar("T")
 
-def endpoint_of(s: Settings) -> Endpoint:
-    r = s.replica
-    return Endpoint(r.host, r.port, r.user, r.password(), r.socket, r.connect_timeout)
-
-
-def prefetch_options(s: Settings) -> PrefetchOptions:
-    p = s.prefetch
-    return PrefetchOptions(
-        connections=p.connections, max_keys_per_probe=p.max_keys_per_probe,
-        statement_timeout_ms=p.statement_timeout_ms, min_lead_transactions=p.min_lead_transactions,
-        max_lead_transactions=p.max_lead_transactions, max_lead_bytes=p.max_lead_bytes,
-        max_lead_seconds=p.max_lead_seconds, buffer_pool_share=p.buffer_pool_share, adaptive=p.adaptive,
-        evaluate_window_seconds=p.evaluate_window_seconds, schemas=tuple(p.schemas),
-        exclude_schemas=tuple(p.exclude_schemas))
+MIN_PAUSE = 0.05  # seconds every loop yields at least, whatever a slow server made of its budget
+RELAY_RETRY = 5.0  # seconds between attempts to (re)open the relay log
+ADVISOR_EVERY = 30.0
+READ_CHUNK = 1 << 20  # bytes the look-ahead decodes before it yields to the loop
 
 
-class _Tracked:
-    """Health bookkeeping for one subsystem."""
+# ----- the collaborators ------------------------------------------------------------
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.up = False
-        self.reason = "not run yet"
-        self.last_success: float | None = None
-        self.last_duration: float | None = None
 
-    def ok(self, started: float, reason: str = "ok") -> None:
-        self.up, self.reason = True, reason
-        self.last_success = time.time()
-        self.last_duration = time.monotonic() - started
+class Session(Protocol):
+    """Blocking queries run off the event loop (``lagd.mysql.session.BlockingSession``)."""
 
-    def fail(self, started: float | None, reason: str) -> None:
-        self.up, self.reason = False, reason
-        if started is not None:
-            self.last_duration = time.monotonic() - started
+    async def run(self, fn: Callable[[Any], T]) -> T: ...
 
-    def value(self) -> Health:
-        return Health(self.name, self.up, self.reason, self.last_success, self.last_duration)
+    def close(self) -> None: ...
+
+
+class RelayReader(Protocol):
+    """The look-ahead reader (``lagd.relaylog.RelayLogReader``)."""
+
+    position: RelayPosition
+    at_tail: bool
+
+    def read(self, max_bytes: int | None = None) -> list[Event | Resynced]: ...
+
+    def seek(self, position: RelayPosition) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Relay(Protocol):
+    """Finds the replica's relay log and opens readers on it."""
+
+    async def locate(self, configured: str = "") -> Path:
+        """The relay-log index (``configured``, else where the server says), readable by this
+        process; raises LagdError (with the fix) when not."""
+        ...
+
+    def reader(self, index: Path, start: RelayPosition,
+               resync: Callable[[], RelayPosition]) -> RelayReader: ...
+
+
+class Prefetcher(Protocol):
+    """A running prefetch engine."""
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+    def snapshot(self) -> PrefetchSnapshot: ...
+
+    def configure(self, settings: PrefetchSettings) -> None:
+        """Apply the reloaded settings that ``config.RELOAD`` marks in place."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# (prefetch settings, relay-log index, the server is MariaDB) -> a prefetcher ready to run
+PrefetchFactory = Callable[[PrefetchSettings, Path, bool], Awaitable[Prefetcher]]
+
+
+@dataclass(frozen=True, slots=True)
+class Clock:
+    wall: Callable[[], float] = time.time
+    mono: Callable[[], float] = time.monotonic
+
+
+@dataclass(slots=True)
+class Parts:
+    """What the runtime talks to; :func:`lagd.daemon.wiring.parts` builds the real ones."""
+
+    monitor: StatusMonitor
+    session: Session  # heartbeat, settings, relay-log location: one blocking session
+    heartbeat: HeartbeatSource
+    relay: Relay
+    prefetch: PrefetchFactory
+    advisor: AdvisorRuntime
+    clock: Clock = field(default_factory=Clock)
+
+
+# ----- pure decisions -----------------------------------------------------------------
+
+
+def restart_reason(prev: ReplicaStatus | None, cur: ReplicaStatus, *, asked_before: bool,
+                   seen: Collection[str] | None) -> str | None:
+    """Why what the look-ahead read may no longer be the relay log's content, or None.
+
+    ``asked_before``: the previous poll had a status (else the replica was down,
+    restarted or reconnected in between); ``seen``: the relay-log files the
+    reader has read since it was positioned (None: no reader).
+    """
+    if not asked_before:
+        return "the replica answers again after a failed poll (restart or reconnect)"
+    if prev is None:
+        return None
+    if cur.sql_running and not prev.sql_running:
+        return "the SQL thread was started"
+    if cur.io_state is IoState.RUNNING and prev.io_state is not IoState.RUNNING:
+        return f"the IO thread was {prev.io_state.value} and runs again"
+    old = RelayPosition(prev.relay_log_file, prev.relay_log_pos)
+    new = RelayPosition(cur.relay_log_file, cur.relay_log_pos)
+    if new < old:
+        # The SQL thread never moves back by itself: the relay log was started
+        # anew (MariaDB's GTID replica on restart, RESET SLAVE, CHANGE MASTER).
+        return f"the SQL thread moved back from {old} to {new} (relay log started anew)"
+    if seen is not None and new.file != old.file and new.file not in seen:
+        return f"the SQL thread moved to {new.file}, which the look-ahead reader has not read"
+    return None
+
+
+def withhold(reading: LagReading, why: str) -> LagReading:
+    """The reading with what depends on the backlog made unknown: state idle or
+    applying, the event-time and Seconds_Behind values, the backlog and the ETA.
+
+    The heartbeat stays (it does not depend on the relay log), and so do the
+    states read from the threads alone (error, stopped, io_stopped).
+    """
+    unknown = f"not known yet: {why}"
+    state, state_reason = reading.state, reading.state_reason
+    if state in (ReplicaState.IDLE, ReplicaState.APPLYING):
+        state, state_reason = ReplicaState.UNKNOWN, unknown
+    event_time = replace(reading.event_time, seconds=None, reason=unknown, clamped=False)
+    sbm = replace(reading.sbm, seconds=None, reason=f"not trusted yet: {why}", clamped=False)
+    lag, method, lag_reason = reading.lag, reading.lag_method, reading.lag_reason
+    if method is not LagMethod.HEARTBEAT:
+        lag, method = None, None
+        lag_reason = f"no method has a value: {reading.heartbeat.reason}; {unknown}"
+    return replace(reading, state=state, state_reason=state_reason, event_time=event_time, sbm=sbm,
+                   lag=lag, lag_method=method, lag_reason=lag_reason, backlog=None, eta=None,
+                   eta_reason=unknown)
+
+
+def poll_timeout(settings: Settings) -> float:
+    """How long one question to the replica may take before its reading counts as failed."""
+    return max(3.0, min(settings.replica.connect_timeout, 5.0), 2 * settings.lag.poll_interval)
+
+
+# ----- the runtime ----------------------------------------------------------------------
 
 
 class Runtime:
-    def __init__(self, settings: Settings, config_path: Path | None,
+    def __init__(self, settings: Settings, parts: Parts, config_path: Path | None = None,
                  on_ready: Callable[[], None] = lambda: None) -> None:
         self.settings = settings
+        self.parts = parts
+        self.clock = parts.clock
         self.config_path = config_path
         self.config_error: str | None = None
-        self.started_at = time.time()
+        self.started_at = self.clock.wall()
         self.on_ready = on_ready
         self.ready = False
-        self.endpoint = endpoint_of(settings)
-        self.monitor = ReplicaMonitor(self.endpoint.async_connect(), settings.replica.channel)
+        r = settings.replica
+        self.endpoint = r.socket or f"{r.host}:{r.port}"
+        self.where = f"replica {self.endpoint}"
         # Rates react within ~10 s, so a catch-up's ETA is current while it happens.
         self.tracker = LagTracker(stale_after=settings.lag.stale_after, rate_time_constant=10.0)
+        self.poll_timeout = poll_timeout(settings)
+        self.relay_retry, self.advisor_every = RELAY_RETRY, ADVISOR_EVERY
         self.backlog = Backlog()
-        self.advisor = AdvisorRuntime(settings.advisor)
-        self.sample: Sample | None = None
+        self.advisor = parts.advisor
+        self.reading: ReplicaReading | None = None
         self.lag: LagReading | None = None
-        self.engine: PrefetchEngine | None = None
+        self.prefetcher: Prefetcher | None = None
         self.prefetch_off: str | None = None
-        self.tail_off: str | None = None
-        self.health = {n: _Tracked(n) for n in ("replica_status", "heartbeat", "relay_log", "prefetch",
-                                                "advisor")}
-        self.loop_tick = time.monotonic()
-        self.last_lag_loop = time.monotonic()
-        self._sync_conn: Any = None
-        self._sync_lock = asyncio.Lock()
-        self._tasks: list[asyncio.Task[None]] = []
+        self.tail_off: str | None = None  # why the look-ahead reader does not run (None: it does or will)
+        self.health = {n: Tracked(n, self.clock.wall, self.clock.mono) for n in (
+            "replica_status", "heartbeat", "relay_log", "prefetch", "advisor")}
+        self.loop_tick = self.clock.mono()
+        self.last_lag_loop = self.clock.mono()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._stop = asyncio.Event()
         self._index: Path | None = None
-        self._mariadb = True
+        self._reader: RelayReader | None = None
+        self._seen: set[str] = set()
+        # Generations: ``_gen`` counts repositionings of the reader, ``_known_gen``
+        # is the one whose read reached the end of the relay log.
+        self._gen = 0
+        self._known_gen = -1
+        self._unknown_why = "the relay log is not read yet"
 
     # ----- lifecycle ------------------------------------------------------
 
     def start(self) -> None:
         self._stop.clear()
-        self._tasks = [asyncio.create_task(c, name=n) for n, c in (
-            ("ticker", self._ticker()), ("lag", self._lag_loop()), ("relay", self._relay_tasks()),
-            ("advisor", self._advisor_loop()))]
+        self._tasks = {n: asyncio.create_task(c, name=n) for n, c in (
+            ("ticker", self._ticker()), ("lag", self._lag_loop()), ("relay", self._relay_loop()),
+            ("advisor", self._advisor_loop()))}
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     async def stop(self) -> None:
+        """Stop every task; returns promptly whatever the server does (nothing here waits on it)."""
         self._stop.set()
-        for t in self._tasks:
+        for t in self._tasks.values():
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks = []
-        await self.monitor.close()
-        if self.engine is not None:
-            await self.engine.monitor.close()
-        self._close_sync()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        self._tasks = {}
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.parts.monitor.close(), 1.0)
+        self.parts.session.close()
 
     def apply(self, settings: Settings) -> None:
-        """A reloaded config that keeps the same replica: change what can change in place."""
+        """A reloaded config: what ``config.RELOAD`` says applies in place, applied."""
         self.settings = settings
         self.tracker.stale_after = settings.lag.stale_after
+        self.poll_timeout = poll_timeout(settings)
         self.advisor.configure(settings.advisor)
-        if self.engine is not None:
-            from lagd.prefetch import control  # noqa: PLC0415 - small, only on reload
+        if self.prefetcher is not None:
+            self.prefetcher.configure(settings.prefetch)
 
-            o = prefetch_options(settings)
-            pool = self.engine.limits.max_pages * control.PAGE_BYTES / max(o.buffer_pool_share, 1e-9)
-            with_limits(self.engine, control.limits_for(
-                o.min_lead_transactions, o.max_lead_transactions, o.max_lead_bytes, o.max_lead_seconds,
-                int(pool), o.buffer_pool_share))
+    async def restart_relay(self) -> None:
+        """Start the look-ahead reader and the prefetcher afresh (a reload changed how they are made)."""
+        old = self._tasks.pop("relay", None)
+        if old is not None:
+            old.cancel()
+            await asyncio.gather(old, return_exceptions=True)
+        if not self._stop.is_set():
+            self._tasks["relay"] = asyncio.create_task(self._relay_loop(), name="relay")
 
     async def _ticker(self) -> None:
-        while True:
-            self.loop_tick = time.monotonic()
-            await asyncio.sleep(1.0)
+        while not self._stop.is_set():
+            self.loop_tick = self.clock.mono()
+            await self._sleep(1.0)
 
-    # ----- blocking queries (heartbeat, settings) ---------------------------
-
-    def _sync(self) -> Any:
-        if self._sync_conn is None:
-            self._sync_conn = pymysql.connect(**self.endpoint.pymysql_kwargs(),
-                                              cursorclass=pymysql.cursors.DictCursor)
-        return self._sync_conn
-
-    def _close_sync(self) -> None:
-        if self._sync_conn is not None:
-            with contextlib.suppress(Exception):
-                self._sync_conn.close()
-        self._sync_conn = None
-
-    async def blocking(self, fn: Callable[[Any], Any]) -> Any:
-        """Run ``fn(conn)`` on the blocking connection in a thread, one at a time."""
-        async with self._sync_lock:
-            try:
-                return await asyncio.to_thread(lambda: fn(self._sync()))
-            except pymysql.err.OperationalError:
-                self._close_sync()
-                raise
+    async def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds`` or until stopped, whichever comes first; always yields."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), max(0.0, seconds))
 
     # ----- lag ------------------------------------------------------------
 
-    async def _heartbeat(self, sample: Sample) -> tuple[Any, str | None]:
-        table = self.settings.lag.heartbeat_table
-        if not table:
-            return None, None
-        h = self.health["heartbeat"]
-        t0 = time.monotonic()
-        server_id = self.settings.lag.heartbeat_server_id or (
-            sample.status.source_server_id if sample.status and sample.status.source_server_id else None)
-        try:
-            row = await self.blocking(lambda c: read_heartbeat(c, table, server_id))
-        except (LagdError, pymysql.err.MySQLError) as e:
-            h.fail(t0, str(e))
-            return None, str(e)
-        if row is None:
-            h.fail(t0, f"no row for server_id {server_id} in {table}")
-            return None, f"no heartbeat row for server_id {server_id} in {table}"
-        h.ok(t0)
-        return row, None
-
     async def _lag_loop(self) -> None:
         while not self._stop.is_set():
-            t0 = time.monotonic()
-            timeout = self.settings.replica.connect_timeout + 5
-            try:
-                sample = await asyncio.wait_for(self.monitor.poll(), timeout)
-            except TimeoutError:
-                sample = Sample(time.time(), time.monotonic(), None, f"no answer in {timeout:g} s")
-                await self.monitor.close()
-            self.sample = sample
-            st = self.health["replica_status"]
-            if sample.status is not None:
-                st.ok(t0)
-                self._mariadb = bool(self.monitor.flavor and self.monitor.flavor.is_mariadb)
-                pos = RelayPosition(sample.status.relay_log_file, sample.status.relay_log_pos)
-                self._follow_relay_reset(pos)
-                self.backlog.applied_up_to(pos)
-                self.advisor.applied_up_to(pos, self.backlog)
-            else:
-                st.fail(t0, sample.error or "no status")
-            try:
-                row, hb_error = await asyncio.wait_for(self._heartbeat(sample), timeout)
-            except TimeoutError:
-                row, hb_error = None, f"heartbeat read took more than {timeout:g} s"
-            view = self.backlog.view()
-            reader_ok = self.tail_off is None and self._reader is not None
-            backlog = (LagBacklog(view.transactions, view.bytes, view.rows, view.oldest_commit_time)
-                       if reader_ok else None)
-            self.lag = self.tracker.update(LagInputs(
-                now=sample.wall, monotonic=sample.mono, status=sample.status, status_error=sample.error,
-                heartbeat=row, heartbeat_error=hb_error, applying_commit_time=None, backlog=backlog,
-                applied_transactions=self.backlog.applied_transactions,
-                applied_rows=self.backlog.applied_rows))
-            self.advisor.observe_rates(self.lag, self.backlog)
-            self.last_lag_loop = time.monotonic()
-            if sample.status is not None and not self.ready:
-                self.ready = True
-                self.on_ready()
-            await self._sleep(self.settings.lag.poll_interval - (time.monotonic() - t0))
+            t0 = self.clock.mono()
+            await self.poll_once()
+            self.last_lag_loop = self.clock.mono()
+            await self._sleep(max(MIN_PAUSE, self.settings.lag.poll_interval - (self.clock.mono() - t0)))
 
-    _last_sql_pos: RelayPosition | None = None
+    async def poll_once(self) -> LagReading:
+        """One lag poll: ask the replica, follow restarts, make the reading."""
+        s, t0 = self.settings, self.clock.mono()
+        prev = self.reading
+        cur = await collect(self.parts.monitor, self.parts.heartbeat, where=self.where,
+                            timeout=self.poll_timeout, heartbeat_table=s.lag.heartbeat_table,
+                            heartbeat_server_id=s.lag.heartbeat_server_id)
+        self.reading = cur
+        st = self.health["replica_status"]
+        if cur.status is None:
+            st.fail(t0, cur.status_error or f"{self.where}: no replica status", self._status_fix(cur))
+            self._unsettle(cur.status_error or "no replica status")
+        else:
+            st.ok(t0)
+            asked = prev is None or prev.status is not None
+            why = restart_reason(prev.status if prev else None, cur.status, asked_before=asked,
+                                 seen=self._seen if self._reader is not None else None)
+            pos = RelayPosition(cur.status.relay_log_file, cur.status.relay_log_pos)
+            if why is not None:
+                self._reposition(pos, why)
+            self.backlog.applied_up_to(pos)
+            self.advisor.applied_up_to(pos, self.backlog)
+        self._heartbeat_health(cur)
+        known = self._backlog_known()
+        view = self.backlog.view()
+        backlog = (LagBacklog(view.transactions, view.bytes, view.rows, view.oldest_commit_time)
+                   if known and cur.status is not None else None)
+        # Without a reader at all (relay log not readable here) the status alone
+        # decides, as lagctl's direct mode does; while one is (re)positioning, wait for it.
+        settling = self.tail_off is None and not known
+        reading = self.tracker.update(cur.inputs(
+            backlog, applied_transactions=self.backlog.applied_transactions,
+            applied_rows=self.backlog.applied_rows, trust_sbm=not settling))
+        if settling and cur.status is not None:
+            reading = withhold(reading, self._unknown_why)
+        self.lag = reading
+        self.advisor.observe_rates(reading, self.backlog)
+        if cur.status is not None and not self.ready:
+            self.ready = True
+            self.on_ready()
+        return reading
 
-    def _follow_relay_reset(self, pos: RelayPosition) -> None:
-        # The SQL thread never moves back by itself: a position below the last
-        # one means the relay log was started anew (MariaDB's GTID replica
-        # does so when it restarts; RESET SLAVE, CHANGE MASTER). What the
-        # look-ahead read from the old files would never be applied.
-        last, self._last_sql_pos = self._last_sql_pos, pos
-        if last is None or not pos < last or self._reader is None:
-            return
-        log.info("relay log: the SQL thread moved back from %s:%d to %s:%d (relay log started anew); "
-                 "reading again from there", last.file, last.offset, pos.file, pos.offset)
-        self._reader.seek(pos)
+    def _status_fix(self, cur: ReplicaReading) -> str | None:
+        err = cur.status_error or ""
+        if "did not answer" in err:
+            return "the server hangs or is overloaded: check it (SHOW PROCESSLIST, its error log)"
+        if "Access denied" in err or "1045" in err:
+            return "check replica.user and the password (replica.password_file) against the server's account"
+        if "Can't connect" in err or "(error 2002)" in err or "(error 2003)" in err or "2003," in err:
+            return "check that the server runs, and replica.host/port/socket in the config"
+        if "no replication channel" in err:
+            return "check replica.channel, or set up replication on this server"
+        return None
+
+    def _heartbeat_health(self, cur: ReplicaReading) -> None:
+        h = self.health["heartbeat"]
+        if not self.settings.lag.heartbeat_table:
+            h.note("not configured")
+        elif cur.heartbeat is not None:
+            h.ok()
+        else:
+            # Not read because the status failed: that fault is said once, by replica_status.
+            level = logging.DEBUG if cur.status is None else logging.WARNING
+            h.fail(None, cur.heartbeat_error or "no heartbeat row", level=level)
+
+    # ----- what the backlog is worth ----------------------------------------
+
+    def _backlog_known(self) -> bool:
+        return self._reader is not None and self._known_gen == self._gen
+
+    def _unsettle(self, why: str) -> None:
+        """The backlog is unknown from now until the reader is repositioned and at the tail."""
+        if self._known_gen == self._gen:
+            self._gen += 1
+            self._unknown_why = why
+
+    def _reposition(self, pos: RelayPosition, why: str) -> None:
+        self._gen += 1
+        self._unknown_why = f"{why}; re-reading the relay log from {pos}"
         self.backlog.reset()
         self.advisor.reset()
-
-    async def _sleep(self, seconds: float) -> None:
-        if seconds > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), seconds)
+        self._seen = {pos.file}
+        if self._reader is not None:
+            log.info("relay log: %s; reading again from %s", why, pos)
+            self._reader.seek(pos)
 
     # ----- the relay log: look-ahead reader and prefetch ------------------
 
-    _reader: RelayLogReader | None = None
+    def _sql_position(self) -> RelayPosition:
+        st = self.reading.status if self.reading is not None else None
+        if st is None:
+            raise RelayLogError("no replica status to resync from")
+        return RelayPosition(st.relay_log_file, st.relay_log_pos)
 
-    async def _relay_tasks(self) -> None:
-        """Find the relay log, then run the tail reader and the prefetcher; retry on trouble."""
+    async def _relay_loop(self) -> None:
+        """Find the relay log, then run the look-ahead reader and the prefetcher; retry on trouble."""
+        h = self.health["relay_log"]
         while not self._stop.is_set():
             try:
                 await self._relay_once()
             except asyncio.CancelledError:
                 raise
-            except (LagdError, RelayLogError, OSError, pymysql.err.MySQLError) as e:
-                self.tail_off = self.prefetch_off = str(e)
-                self.health["relay_log"].fail(None, str(e))
-                log.warning("relay log: %s; trying again in 5 s", e)
+            except Exception as e:  # a subsystem never dies: say why, try again
+                self.tail_off = str(e)
+                h.failed(None, e)
+                if not isinstance(e, LagdError | RelayLogError | OSError):
+                    log.error("relay log: unexpected failure", exc_info=e)
+                if self.settings.prefetch.enabled:
+                    self.prefetch_off = f"waits for the relay log: {e}"
+                    self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
             finally:
-                self._reader = None
-                if self.engine is not None:
-                    await self.engine.monitor.close()
-                    self.engine = None
-            await self._sleep(5.0)
+                await self._close_relay()
+            await self._sleep(self.relay_retry)
+
+    async def _close_relay(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                reader.close()
+        p, self.prefetcher = self.prefetcher, None
+        if p is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(p.close(), 1.0)
 
     async def _relay_once(self) -> None:
-        while self.sample is None or self.sample.status is None:
-            await self._sleep(0.5)
-        t0 = time.monotonic()
-        index = await self.blocking(lambda c: relay_log_index(c, self.settings.replica.relay_log_index))
-        why = check_readable(index)
-        if why:
-            raise LagdError(f"relay log not readable: {why}")
+        while self.reading is None or self.reading.status is None:
+            if self._stop.is_set():
+                return
+            await self._sleep(min(0.5, self.settings.lag.poll_interval))
+        t0 = self.clock.mono()
+        index = await self.parts.relay.locate(self.settings.replica.relay_log_index)
         self._index = index
-        st = self.sample.status
-        start = RelayPosition(st.relay_log_file, st.relay_log_pos)
-
-        def resync() -> RelayPosition:
-            s = self.sample.status if self.sample else None
-            if s is None:
-                raise RelayLogError("no replica status to resync from")
-            return RelayPosition(s.relay_log_file, s.relay_log_pos)
-
-        self._reader = RelayLogReader(LogFiles(index), start, TableMapResolver(), resync=resync,
-                                      chunk_size=1 << 20)
-        self.backlog.reset()
-        self.advisor.reset()
+        start = self._sql_position()
+        self._reposition(start, "the look-ahead reader starts")
+        reader = self._reader = self.parts.relay.reader(index, start, self._sql_position)
         self.tail_off = None
         self.health["relay_log"].ok(t0)
-        tasks = [asyncio.create_task(self._tail(self._reader), name="tail")]
+        tail = asyncio.create_task(self._tail(reader), name="tail")
+        tasks = [tail]
         if self.settings.prefetch.enabled:
-            tasks.append(asyncio.create_task(self._prefetch(index), name="prefetch"))
+            tasks.append(asyncio.create_task(self._prefetch_loop(index), name="prefetch"))
         else:
             self.prefetch_off = "prefetch.enabled is false in the config"
+        stop = asyncio.create_task(self._stop.wait())
         try:
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for t in done:
-                t.result()
+            await asyncio.wait([tail, stop], return_when=asyncio.FIRST_COMPLETED)
+            if tail.done():
+                tail.result()  # raises what ended it
         finally:
+            stop.cancel()
             for t in tasks:
                 t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(stop, *tasks, return_exceptions=True)
 
-    async def _tail(self, reader: RelayLogReader) -> None:
+    async def _tail(self, reader: RelayReader) -> None:
         h = self.health["relay_log"]
         backlog, look = self.backlog, self.advisor
         while not self._stop.is_set():
-            t0 = time.monotonic()
-            batch = reader.read(1 << 20)
+            t0 = self.clock.mono()
+            gen = self._gen
+            files = {reader.position.file}
+            batch = reader.read(READ_CHUNK)
             for e in batch:
                 t = type(e)
                 if t is RowChange:
@@ -341,78 +471,92 @@ class Runtime:
                 elif t is TransactionEnd:
                     backlog.end(e)  # type: ignore[arg-type]
                 elif t is Resynced:
+                    # The reader jumped to the SQL thread by itself (its file was purged).
                     backlog.reset()
+                    self._gen += 1
+                    gen = self._gen
+                    self._unknown_why = "the look-ahead reader resynced to the SQL thread"
+                    self._seen, files = set(), set()
+            if gen == self._gen:
+                files.add(reader.position.file)
+                self._seen |= files
+                if reader.at_tail:
+                    self._known_gen = gen
             look.feed(batch, reader.position)
             backlog.at_tail = reader.at_tail
             h.ok(t0)
-            await (self._sleep(0.2) if not batch and reader.at_tail else asyncio.sleep(0))
+            if batch:
+                await asyncio.sleep(0)  # let the other tasks in between two chunks
+            else:
+                await self._sleep(0.2 if reader.at_tail else 0.01)
 
-    async def _prefetch(self, index: Path) -> None:
-        s = self.settings
-        pool_bytes = int(await self.blocking(
-            lambda c: _one(c, "SELECT @@GLOBAL.innodb_buffer_pool_size AS v")) or 128 << 20)
-        opts = prefetch_options(s)
-        self.engine = await build_engine(
-            self.endpoint, opts,
-            lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe, schemas=o.schemas,
-                                   exclude_schemas=o.exclude_schemas),
-            index=index, mariadb=self._mariadb, pool_bytes=pool_bytes)
-        self.prefetch_off = None
-        self.health["prefetch"].ok(time.monotonic())
-        await self.engine.run(self._stop)
+    async def _prefetch_loop(self, index: Path) -> None:
+        """Build and run the prefetcher; on failure say why and build it again (the tail reads on)."""
+        h = self.health["prefetch"]
+        while not self._stop.is_set():
+            mariadb = bool(self.parts.monitor.flavor and self.parts.monitor.flavor.is_mariadb)
+            try:
+                self.prefetcher = await self.parts.prefetch(self.settings.prefetch, index, mariadb)
+                self.prefetch_off = None
+                h.ok(self.clock.mono())
+                await self.prefetcher.run(self._stop)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a subsystem never dies: say why, try again
+                self.prefetch_off = str(e)
+                h.failed(None, e)
+                if not isinstance(e, LagdError | RelayLogError | OSError):
+                    log.error("prefetch: unexpected failure", exc_info=e)
+            p, self.prefetcher = self.prefetcher, None
+            if p is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(p.close(), 1.0)
+            await self._sleep(self.relay_retry)
 
     # ----- advisor --------------------------------------------------------
 
     async def _advisor_loop(self) -> None:
         h = self.health["advisor"]
         while not self._stop.is_set():
-            if not (self.settings.advisor.enabled and self.sample is not None and self.sample.status):
+            if not (self.settings.advisor.enabled and self.reading is not None and self.reading.status):
                 await self._sleep(1.0)  # not yet: look again soon rather than in half a minute
                 continue
-            t0 = time.monotonic()
+            t0 = self.clock.mono()
             try:
-                await self.advisor.refresh(self.blocking, self.lag)
+                await self.advisor.refresh(self.parts.session.run, self.lag)
                 h.ok(t0)
-            except (LagdError, pymysql.err.MySQLError) as e:
-                h.fail(t0, str(e))
-            await self._sleep(30.0)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a subsystem never dies: say why, try again
+                h.failed(t0, e)
+                if not isinstance(e, LagdError):
+                    log.error("advisor: unexpected failure", exc_info=e)
+            await self._sleep(self.advisor_every)
 
     # ----- the snapshot -----------------------------------------------------
 
     def snapshot(self) -> Snapshot:
-        if not self.settings.lag.heartbeat_table:
-            self.health["heartbeat"].up, self.health["heartbeat"].reason = True, "not configured"
+        hl = self.health
         if not self.settings.advisor.enabled:
-            self.health["advisor"].up, self.health["advisor"].reason = True, "disabled in the config"
-        sample = self.sample
-        flavor = self.monitor.flavor
-        ps = self.engine.snapshot() if self.engine is not None else None
+            hl["advisor"].note("disabled in the config")
+        ps = self.prefetcher.snapshot() if self.prefetcher is not None else None
         if ps is not None:
             # "off" by a verdict (a pool too small) is working as designed, not a failure.
-            self.health["prefetch"].up = True
-            self.health["prefetch"].reason = f"{ps.state}: {ps.reason}"
-        elif self.prefetch_off:
-            self.health["prefetch"].fail(None, self.prefetch_off)
+            hl["prefetch"].note(f"{ps.state}: {ps.reason}")
+        elif not self.settings.prefetch.enabled:
+            hl["prefetch"].note("disabled in the config")
+        reading = self.reading
+        flavor = self.parts.monitor.flavor
         r = self.settings.replica
         return Snapshot(
-            taken_at=time.time(), version=__version__, started_at=self.started_at,
+            taken_at=self.clock.wall(), version=__version__, started_at=self.started_at,
             config_path=str(self.config_path) if self.config_path else None,
             config_error=self.config_error, settings=self.settings.public_dict(),
-            replica={"endpoint": r.socket or f"{r.host}:{r.port}", "user": r.user, "channel": r.channel,
-                     "flavor": str(flavor) if flavor else None,
-                     "relay_log_index": str(self._index) if self._index else None},
-            status=sample.status if sample else None,
-            status_error=sample.error if sample else "not polled yet",
+            replica=ReplicaInfo(self.endpoint, r.user, r.channel, str(flavor) if flavor else None,
+                                str(self._index) if self._index else None),
+            status=reading.status if reading else None,
+            status_error=reading.status_error if reading else "not polled yet",
             lag=self.lag, prefetch=ps, prefetch_off_reason=None if ps else self.prefetch_off,
             advisor=self.advisor.snapshot(),
-            health=tuple(t.value() for t in self.health.values()),
-            loop_age=time.monotonic() - self.loop_tick)
-
-
-def _one(conn: Any, sql: str) -> Any:
-    with conn.cursor() as cur:
-        cur.execute(sql)
-        row = cur.fetchone()
-    if row is None:
-        return None
-    return next(iter(row.values())) if isinstance(row, dict) else row[0]
+            health=tuple(t.value() for t in hl.values()),
+            loop_age=self.clock.mono() - self.loop_tick)

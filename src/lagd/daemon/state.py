@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lagd.advisor.runtime import AdvisorSnapshot
 from lagd.lag import LagReading
 from lagd.mysql.replica import ReplicaStatus
 from lagd.prefetch.engine import PrefetchSnapshot
@@ -21,13 +22,35 @@ from lagd.prefetch.engine import PrefetchSnapshot
 
 @dataclass(frozen=True, slots=True)
 class Health:
-    """One subsystem's last attempt: the ``up`` and duration of its collector."""
+    """One subsystem's last attempt: the ``up`` and duration of its collector.
+
+    ``failing_since`` (wall clock) and ``fix`` are set while it fails: how long
+    the fault lasts and what a DBA can do about it.
+    """
 
     name: str
     up: bool
     reason: str
     last_success: float | None  # wall clock
     last_duration: float | None  # seconds the last attempt took
+    failing_since: float | None = None
+    fix: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaInfo:
+    """The replica lagd watches, as configured and as far as it is known."""
+
+    endpoint: str  # "127.0.0.1:3306" or a socket path
+    user: str
+    channel: str
+    flavor: str | None  # None until the server was reached once
+    relay_log_index: str | None  # None until the relay log was located
+
+    @property
+    def where(self) -> str:
+        """How messages name it: ``replica 127.0.0.1:3306``."""
+        return f"replica {self.endpoint}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,19 +61,23 @@ class Snapshot:
     config_path: str | None
     config_error: str | None  # the last reload's problem, when it kept the old config
     settings: dict[str, Any]  # public (secret-free) settings
-    replica: dict[str, Any]  # endpoint, flavor, channel
+    replica: ReplicaInfo
     status: ReplicaStatus | None
     status_error: str | None
     lag: LagReading | None
     prefetch: PrefetchSnapshot | None
     prefetch_off_reason: str | None  # why prefetch does not run, with the fix
-    advisor: dict[str, Any] | None
+    advisor: AdvisorSnapshot | None
     health: tuple[Health, ...]
     loop_age: float  # seconds since the main loop last ticked
 
     @property
     def channel(self) -> str:
-        return self.status.channel if self.status is not None else str(self.replica.get("channel", ""))
+        return self.status.channel if self.status is not None else self.replica.channel
+
+    def failing(self) -> tuple[Health, ...]:
+        """The subsystems that fail now, for /readyz and lagctl."""
+        return tuple(h for h in self.health if not h.up)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = _plain(self)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +30,7 @@ from aiohttp import web
 from lagd.daemon.state import Snapshot
 from lagd.lag import LagMethod, ReplicaState
 
-__all__ = ["ThrottleVerdict", "add_routes", "budget_from_query", "decide"]
+__all__ = ["ThrottleVerdict", "budget_from_query", "decide"]
 
 OK = 200
 OVER_BUDGET = 429
@@ -90,10 +90,10 @@ def _backlog(s: Snapshot) -> tuple[int | None, float | None]:
     b = s.lag.backlog if s.lag is not None else None
     if b is None:
         return None, None
-    rate = s.advisor.get("apply_rate") if isinstance(s.advisor, Mapping) else None
-    bps = rate.get("bytes_per_second") if isinstance(rate, Mapping) else None
-    if isinstance(bps, int | float) and math.isfinite(bps) and bps > 0:
-        return b.bytes, b.bytes / float(bps)
+    rate = s.advisor.apply_rate if s.advisor is not None else None
+    bps = rate.bytes_per_second if rate is not None else None
+    if bps is not None and math.isfinite(bps) and bps > 0:
+        return b.bytes, b.bytes / bps
     return b.bytes, None
 
 
@@ -163,7 +163,10 @@ def budget_from_query(query: Mapping[str, str], default: float) -> float:
     return default
 
 
-def add_routes(app: web.Application, snapshot_fn: Callable[[], Snapshot]) -> None:
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+def routes(snapshot_fn: Callable[[], Snapshot]) -> dict[str, Handler]:
     """``/throttle`` (text, for gh-ost's --throttle-http) and ``/check[/...]`` (freno-like JSON).
 
     GET and HEAD; the status code is the answer, the body and the
@@ -195,6 +198,5 @@ def add_routes(app: web.Application, snapshot_fn: Callable[[], Snapshot]) -> Non
             return v
         return web.json_response(v.to_json(), status=v.status, headers=headers(v))
 
-    app.router.add_get("/throttle", throttle)
-    app.router.add_get("/check", check)
-    app.router.add_get("/check/{rest:.*}", check)
+    # aiohttp answers HEAD for GET routes (gh-ost sends HEAD).
+    return {"GET /throttle": throttle, "GET /check": check, "GET /check/{rest:.*}": check}

@@ -322,9 +322,12 @@ class RelayLogReader:
         if used == 0 and not data:
             return 0
         if used == 0 and len(self._pending) > self.chunk_size:
-            # One event larger than a chunk: read the rest of it in one go.
+            # One event larger than a chunk: read the rest of it in one go,
+            # but no more than the file holds (a damaged size claims up to
+            # 1 GiB, and a read of n bytes allocates n bytes first).
             head = w.HEADER.unpack_from(self._pending, 0)
-            rest = fh.read(head[3] - len(self._pending))
+            on_disk = os.fstat(fh.fileno()).st_size - fh.tell()
+            rest = fh.read(max(0, min(head[3] - len(self._pending), on_disk)))
             self._pending += rest
             return len(rest) or 0
         return used or len(data)

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from lagd.relaylog import (
     CorruptEvent,
+    EventDecoder,
     LogFiles,
     ReaderStats,
     RelayLogError,
@@ -287,3 +289,99 @@ def test_long_fuzz_run(tmp_path, capsys):
     with capsys.disabled():
         print(f"\nfuzz: {n} cases from seed {start}: {damaged_cases} reported damage,"
               f" {corrupt} corrupt events, errors {errors}")
+
+
+# ----- crafted damage: the loops whose work a decoded number decides ----------
+
+
+def event(typ: int, body: bytes) -> bytes:
+    size = 19 + len(body)
+    return (0).to_bytes(4, "little") + bytes((typ,)) + (1).to_bytes(4, "little") \
+        + size.to_bytes(4, "little") + (0).to_bytes(4, "little") + b"\0\0" + body
+
+
+def query(sql: bytes) -> bytes:
+    return event(2, b"\0" * 8 + b"\x00" + b"\0\0" + b"\0\0" + b"\0" + sql)
+
+
+def packed(n: int) -> bytes:
+    if n < 0xFB:
+        return bytes((n,))
+    return b"\xfe" + n.to_bytes(8, "little")
+
+
+def payload(data: bytes, ctype: int | None, usize: int | None) -> bytes:
+    fields = packed(1) + packed(len(packed(len(data)))) + packed(len(data))
+    if ctype is not None:
+        fields += packed(2) + packed(len(packed(ctype))) + packed(ctype)
+    if usize is not None:
+        fields += packed(3) + packed(len(packed(usize))) + packed(usize)
+    return event(40, fields + packed(0) + data)
+
+
+def decode_bounded(buf: bytes) -> tuple[list[object], int]:
+    """Decode with the pure-Python path; returns events and the memory peak."""
+    dec = EventDecoder(TableMapResolver(decode_all=False))
+    dec.accelerated = False
+    dec.start_file("crafted.000001")
+    tracemalloc.start()
+    try:
+        with time_limit(10):
+            events, used = dec.decode(buf, 0, len(buf), 4, final=True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert used == len(buf)
+    return events, peak
+
+
+def test_zstd_payload_inflating_past_its_declared_size_is_damage():
+    bomb = zstandard.ZstdCompressor(write_content_size=False).compress(b"\0" * (16 << 20))
+    events, peak = decode_bounded(payload(bomb, 0, 1000) + query(b"BEGIN"))
+    (bad,) = [e for e in events if type(e) is CorruptEvent]
+    assert "inflates" in bad.reason
+    assert peak < 8 << 20
+
+
+def test_zstd_payload_whose_frame_claims_a_huge_size_is_read_in_steps():
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(b"x" * 100)
+    assert frame[4] == 0x20 and frame[5] == 100  # single segment, 1-byte content size
+    # The same frame with an 8-byte content size of 2**40 (a 1 TiB allocation
+    # if trusted), declared in the event as 1 MiB: 100 bytes come out.
+    lying = frame[:4] + b"\xe0" + (1 << 40).to_bytes(8, "little") + frame[6:]
+    assert zstandard.get_frame_parameters(lying).content_size == 1 << 40
+    events, peak = decode_bounded(payload(lying, 0, 1 << 20))
+    (bad,) = [e for e in events if type(e) is CorruptEvent]
+    assert "TRANSACTION_PAYLOAD" in bad.reason  # zstd refuses the window, or too few bytes
+    assert peak < 8 << 20
+
+
+def test_payload_without_uncompressed_size_and_nested_payloads_are_damage():
+    events, _ = decode_bounded(payload(b"abc", 0, None))
+    assert "uncompressed size" in next(e for e in events if type(e) is CorruptEvent).reason
+    inner = payload(b"", 255, 0)
+    events, _ = decode_bounded(payload(payload(inner, 255, len(inner)), 255, None))
+    assert any(type(e) is CorruptEvent and "inside" in e.reason for e in events)
+
+
+def test_query_with_blanks_and_an_open_comment_is_linear():
+    # The old leading-keyword pattern backtracked exponentially on this.
+    events, _ = decode_bounded(query(b" \t" * 2000 + b"/*") + query(b"/*" * 5000 + b" x"))
+    assert len(events) <= 6
+
+
+def test_mariadb_compressed_query_inflating_past_its_size_is_damage():
+    body = zlib.compress(b"\0" * (16 << 20))
+    data = bytes((0x80 | 1,)) + bytes((10,)) + body
+    ev = event(165, b"\0" * 8 + b"\x00" + b"\0\0" + b"\0\0" + b"\0" + data)
+    events, peak = decode_bounded(ev)
+    assert any(type(e) is CorruptEvent for e in events)
+    assert peak < 8 << 20
+
+
+@pytest.mark.parametrize("ncols", [0, 4097, 1 << 40])
+def test_table_map_column_counts_out_of_range_are_damage(ncols):
+    body = (7).to_bytes(6, "little") + b"\0\0" + b"\x01d\0" + b"\x01t\0" + packed(ncols) + b"\x03" * 64
+    events, _ = decode_bounded(event(19, body))
+    (bad,) = [e for e in events if type(e) is CorruptEvent]
+    assert "columns" in bad.reason

@@ -794,10 +794,13 @@ def _candidates(buf: bytes, p: int, end: int) -> Iterator[int]:
 def _inflate_zstd(dctx: zstandard.ZstdDecompressor, data: bytes, declared: int | None) -> bytes:
     """Decompress a payload, never to more than it declares.
 
-    A frame header's content size is not trusted either: the output is read
-    in steps, so memory follows what actually inflates.
+    The server always writes the uncompressed size. A frame header's content
+    size is not trusted either: the output is read in steps, so memory
+    follows what actually inflates.
     """
-    cap = declared if declared is not None else MAX_EVENT_SIZE
+    if declared is None:
+        raise w.WireError("compressed payload without its uncompressed size")
+    cap = declared
     if cap > MAX_INFLATED:
         raise w.WireError(f"payload declares {cap} bytes uncompressed")
     parts: list[bytes] = []
@@ -809,7 +812,7 @@ def _inflate_zstd(dctx: zstandard.ZstdDecompressor, data: bytes, declared: int |
                 break
             parts.append(part)
             got += len(part)
-    if got > cap or (declared is not None and got != declared):
+    if got != declared:
         raise w.WireError(f"payload inflates to {got} bytes, not the {cap} it declares")
     return b"".join(parts)
 

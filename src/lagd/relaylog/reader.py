@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lagd.relaylog import _wire as w
-from lagd.relaylog.decoder import EventDecoder, ReaderStats
+from lagd.relaylog.decoder import MAX_EVENT_SIZE, EventDecoder, ReaderStats
 from lagd.relaylog.errors import (
     EncryptedRelayLogError,
     NotALogFileError,
@@ -274,7 +274,7 @@ class RelayLogReader:
             p = 0
             while p + 19 <= len(block) and pos + p < upto:
                 _ts, typ, _sid, size, _lp, _fl = w.HEADER.unpack_from(block, p)
-                if size < 19:
+                if size < 19 or size > MAX_EVENT_SIZE:
                     pos = upto  # damaged: let the decoder report it when it gets there
                     break
                 if typ in (w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT, w.MARIA_START_ENCRYPTION_EVENT):
@@ -282,7 +282,7 @@ class RelayLogReader:
                         raw = block[p : p + size]
                     else:
                         fh.seek(pos + p)
-                        raw = fh.read(size)
+                        raw = fh.read(min(size, max(0, st.st_size - pos - p)))
                     controls.append((pos + p, raw))
                 p += size
             else:

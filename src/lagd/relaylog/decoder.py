@@ -294,6 +294,9 @@ class EventDecoder:
                     self.source_file, out, new_start, _new_end, _new_row, _new_rows_query, _KINDS,
                 )
                 if new_pos != pos:
+                    # Each transaction's end forgets its table maps, as _end does
+                    # (a stray table map outside any transaction must not live on).
+                    tables.clear()
                     n_events += n
                     stats.row_changes += rows
                     stats.rows_unprobeable += unprobeable
@@ -660,7 +663,7 @@ class EventDecoder:
             raise w.WireError(f"unsupported common header length {header_len}")
         aware = _checksum_aware(version)
         lens_end = nxt - 5 if aware else nxt
-        lens = buf[p + 57 : lens_end]
+        lens = buf[p + 57 : min(lens_end, p + 57 + 255)]  # type codes are one byte
         self.post_header = {i + 1: n for i, n in enumerate(lens)}
         # The C path knows only today's layouts (6-byte table ids, v1/v2 rows).
         ph = self.post_header

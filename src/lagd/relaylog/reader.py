@@ -291,7 +291,8 @@ class RelayLogReader:
                     break
                 continue
             break
-        self._walks = {k: v for k, v in self._walks.items() if k[0] != key[0]}  # one identity per name
+        # One identity per name, and only the files seeked into lately.
+        self._walks = {k: v for k, v in list(self._walks.items())[-32:] if k[0] != key[0]}
         self._walks[key] = (max(walked, min(pos, upto)), controls)
         for offset, raw in controls:
             if offset < upto:

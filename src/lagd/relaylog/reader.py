@@ -355,6 +355,11 @@ class RelayLogReader:
         if size > fh.tell():
             return True
         listed = next((i for i, p in enumerate(names) if p.name == name), None)
+        if listed is None:
+            # Confirm with a second look: MariaDB rewrites the index in place
+            # when it purges, so one read can see it half written.
+            names = self.files.names()
+            listed = next((i for i, p in enumerate(names) if p.name == name), None)
         gone = self._gone(fh, size, names[listed] if listed is not None else None)
         if gone is None:
             if listed is None or listed + 1 >= len(names):

@@ -385,3 +385,27 @@ def test_table_map_column_counts_out_of_range_are_damage(ncols):
     events, _ = decode_bounded(event(19, body))
     (bad,) = [e for e in events if type(e) is CorruptEvent]
     assert "columns" in bad.reason
+
+
+def test_damage_is_logged_once_per_file_then_summed_up(tmp_path, caplog):
+    buf = with_checksums((FIXTURES / "json.binlog.000001").read_bytes(), False)
+    for nth in range(3):
+        damaged = zero_column_count(buf, nth * 3)
+        assert damaged is not None
+        buf = damaged
+    a, b = tmp_path / "relay-bin.000001", tmp_path / "relay-bin.000002"
+    a.write_bytes(buf)
+    b.write_bytes(buf)
+    caplog.set_level("WARNING", "lagd.relaylog")
+    reader = RelayLogReader(LogFiles.of(a, b))
+    while True:
+        batch = reader.read(1 << 20)
+        if not batch and reader.at_tail:
+            break
+    reader.close()
+    assert reader.skipped_events >= 6 and reader.skipped_bytes > 0
+    assert reader.last_skip_reason is not None and reader.last_skip_reason.startswith(b.name)
+    firsts = [m for m in caplog.messages if m.startswith("corrupt event in")]
+    assert [m.split()[3] for m in firsts] == [a.name, b.name]  # one warning per file...
+    sums = [m for m in caplog.messages if "damaged stretches" in m]
+    assert len(sums) == 1 and a.name in sums[0]  # ...and the first file's sum on leaving it

@@ -186,7 +186,7 @@ class RelayLogReader:
                 got = self._read_some(out, min(budget, self.chunk_size))
             except FileNotFoundError:
                 self._close()
-                out.append(self._resync("its file is gone"))
+                out.append(self._resync("is gone (purged before lagd opened it)"))
                 continue
             if got == 0:
                 if not self._advance_file(out):

@@ -70,6 +70,8 @@ _ROWS_KIND = {
 _START_TYPES = frozenset(
     {w.GTID_LOG_EVENT, w.ANONYMOUS_GTID_LOG_EVENT, w.GTID_TAGGED_LOG_EVENT, w.MARIA_GTID_EVENT}
 )
+# The type byte of an event that can start a transaction (or BEGIN's query).
+_START_TYPE_BYTE = re.compile(b"[" + re.escape(bytes(sorted(_START_TYPES | {w.QUERY_EVENT}))) + b"]")
 # While skipping to the next transaction after corruption, these still count.
 _RESUME_TYPES = _START_TYPES | {w.QUERY_EVENT, w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT}
 # Events that carry nothing a probe, the lag maths or the advisor use.
@@ -773,25 +775,12 @@ class EventDecoder:
 
 def _candidates(buf: bytes, p: int, end: int) -> Iterator[int]:
     """Offsets from ``p`` whose type byte (header offset 4) could start a
-    transaction, in order; each type's next hit is searched for once."""
-    types = (w.GTID_LOG_EVENT, w.ANONYMOUS_GTID_LOG_EVENT, w.GTID_TAGGED_LOG_EVENT,
-             w.MARIA_GTID_EVENT, w.QUERY_EVENT)
-    needles = [bytes((t,)) for t in types]
-    nxt = [buf.find(n, p + 4, end) for n in needles]
-    while True:
-        best = -1
-        for i, hit in enumerate(nxt):
-            if hit >= 0 and (best < 0 or hit < nxt[best]):
-                best = i
-        if best < 0:
-            return
-        at = nxt[best] - 4
+    transaction, in order: one pass over the bytes, however many are tried."""
+    for m in _START_TYPE_BYTE.finditer(buf, p + 4, end):
+        at = m.start() - 4
         if at + 19 > end:
             return
         yield at
-        for i, hit in enumerate(nxt):
-            if hit == at + 4:
-                nxt[i] = buf.find(needles[i], hit + 1, end)
 
 
 def _inflate_zstd(dctx: zstandard.ZstdDecompressor, data: bytes, declared: int | None) -> bytes:

@@ -190,3 +190,32 @@ def test_bursts_with_a_stopped_sql_thread_are_counted_whole(tiny: Sandbox) -> No
         reader.close()
         sb.start_sql_thread()
         sb.wait_caught_up(timeout=120)
+
+
+def test_stop_start_slave_under_a_held_reader(tiny: Sandbox, caplog) -> None:
+    """A GTID replica starts its relay log anew on START SLAVE: the files the
+    reader holds are dropped and names come back for other files."""
+    sb = tiny
+    sb.stop_sql_thread()
+    reader = RelayLogReader(LogFiles(sb.relay_log_index()), sql_position(sb),
+                            TableMapResolver(), resync=lambda: sql_position(sb))
+    try:
+        burst(sb, 200)
+        wait_received(sb)
+        events = reader.read(1 << 14)  # behind, with a file open
+        before = sorted(p.name for p in LogFiles(sb.relay_log_index()).names())
+        sb.stop_slave()
+        sb.start_slave()
+        sb.stop_sql_thread()
+        burst(sb, 100)
+        wait_received(sb)
+        after = sorted(p.name for p in LogFiles(sb.relay_log_index()).names())
+        caplog.set_level(logging.INFO, "lagd.relaylog")
+        events += read_to_tail(reader)
+        print(f"\nrelay files before {before}, after {after}; "
+              f"resyncs {reader.stats.resyncs}; log {[m for m in caplog.messages if 'relay log' in m]}")
+        check_backlog(sb, events, reader)
+    finally:
+        reader.close()
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=120)

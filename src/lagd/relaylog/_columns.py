@@ -136,7 +136,10 @@ def layout(col_type: int, meta: int) -> Layout:
         base = {T_TIMESTAMP2: 4, T_DATETIME2: 5, T_TIME2: 3}[t]
         return Layout(base + (meta + 1) // 2)
     if t == T_NEWDECIMAL:
-        return Layout(decimal_size(meta >> 8, meta & 0xFF))
+        precision, scale = meta >> 8, meta & 0xFF
+        if not (0 < precision <= 65 and scale <= 38 and scale <= precision):
+            raise WireError(f"DECIMAL({precision},{scale}) is not a valid column")
+        return Layout(decimal_size(precision, scale))
     if t in (T_VARCHAR, T_VAR_STRING):
         return Layout(None, 1 if meta < 256 else 2)
     if t == T_STRING:

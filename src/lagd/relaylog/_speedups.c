@@ -337,7 +337,10 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     q += le16(buf + q);
                 }
                 uint64_t ncols;
-                if (packed_int(buf, &q, body_end, &ncols) != 0 || ncols > 4096) { failed = 1; break; }
+                if (packed_int(buf, &q, body_end, &ncols) != 0 || ncols == 0 || ncols > 4096) {
+                    failed = 1;
+                    break;
+                }
                 Py_ssize_t nb = (Py_ssize_t)((ncols + 7) / 8);
                 if (q + nb * (kind == 1 ? 2 : 1) > body_end) { failed = 1; break; }
                 int k;
@@ -363,14 +366,22 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 PyObject *qualified = PyObject_GetAttr(td, str_qualified);
                 PyObject *probeable = PyObject_GetAttr(td, str_probeable);
                 PyObject *kind_obj = PyTuple_GET_ITEM(kinds, kind);
-                int ok = info && qualified && probeable;
+                /* As in decoder.py: the image decoders see this event's bytes
+                   only (offsets relative to its start), so a damaged length
+                   cannot read or copy beyond it, and every row must consume
+                   bytes, or a zero-width column set would append rows forever. */
+                PyObject *evobj = PyBytes_FromStringAndSize((const char *)buf + p, body_end - p);
+                Py_ssize_t ev_end = body_end - p;
+                q -= p;
+                int ok = info && qualified && probeable && evobj;
                 Py_ssize_t n = 0;
-                while (ok && q < body_end) {
+                while (ok && q < ev_end) {
                     PyObject *vals[2] = {NULL, NULL};
+                    Py_ssize_t row_start = q;
                     for (int img = 0; img < (kind == 1 ? 2 : 1); img++) {
                         PyObject *posobj = PyLong_FromSsize_t(q);
                         if (posobj == NULL) { ok = 0; break; }
-                        PyObject *ca[2] = {bufobj, posobj};
+                        PyObject *ca[2] = {evobj, posobj};
                         PyObject *res = call(img == 0 ? dec1 : dec2, ca, 2);
                         Py_DECREF(posobj);
                         if (res == NULL) { ok = 0; break; }
@@ -382,8 +393,9 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         vals[img] = Py_NewRef(PyTuple_GET_ITEM(res, 0));
                         q = PyLong_AsSsize_t(PyTuple_GET_ITEM(res, 1));
                         Py_DECREF(res);
-                        if (q < 0 || q > body_end) { ok = 0; break; }
+                        if (q < 0 || q > ev_end) { ok = 0; break; }
                     }
+                    if (ok && q <= row_start) ok = 0;
                     if (!ok) { Py_XDECREF(vals[0]); Py_XDECREF(vals[1]); break; }
                     PyObject *ra[4] = {info, kind_obj,
                                        kind == 0 ? Py_None : vals[0],
@@ -399,6 +411,8 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
                 int add_rc = ok ? PySet_Add(tables, qualified) : 0;
                 int is_probeable = ok ? PyObject_IsTrue(probeable) : 0;
+                Py_XDECREF(evobj);
+                q += p;
                 Py_XDECREF(info); Py_XDECREF(qualified); Py_XDECREF(probeable);
                 Py_DECREF(dec1); Py_XDECREF(dec2);
                 if (!ok || add_rc < 0 || is_probeable < 0) {

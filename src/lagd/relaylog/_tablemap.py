@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from lagd.relaylog import _columns as c
 from lagd.relaylog._wire import U32, WireError, packed_int
 
+# Both servers refuse tables wider than this: a larger count is damage.
+MAX_COLUMNS = 4096
+
 # Optional metadata field types (MySQL's Table_map_log_event::Optional_metadata_field_type).
 _SIGNEDNESS = 1
 _DEFAULT_CHARSET = 2
@@ -78,6 +81,8 @@ def parse_table_map(buf: bytes, pos: int, end: int, table_id_len: int) -> TableM
     table = buf[pos + 1 : pos + 1 + tlen].decode("utf-8", "replace")
     pos += tlen + 2
     ncols, pos = packed_int(buf, pos)
+    if not 0 < ncols <= MAX_COLUMNS:
+        raise WireError(f"table map with {ncols} columns")
     if pos + ncols > end:
         raise WireError("table map column types run past the event")
     types = tuple(buf[pos : pos + ncols])
@@ -140,9 +145,13 @@ def _optional_metadata(tm: TableMap, buf: bytes, pos: int, end: int) -> TableMap
             if p >= stop:
                 break
             count, p = packed_int(buf, p)
+            if count > stop - p:  # each value takes at least its length byte
+                raise WireError(f"{count} ENUM/SET values in {stop - p} bytes")
             vals = []
             for _ in range(count):
                 ln, p = packed_int(buf, p)
+                if p + ln > stop:
+                    raise WireError("ENUM/SET value runs past its metadata field")
                 vals.append(buf[p : p + ln].decode("utf-8", "replace"))
                 p += ln
             into[col] = tuple(vals)

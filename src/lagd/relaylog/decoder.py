@@ -15,6 +15,7 @@ import logging
 import re
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,7 +24,7 @@ import zstandard
 from lagd.relaylog import _wire as w
 from lagd.relaylog._construct import constructor, fast_transactions
 from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder
-from lagd.relaylog._tablemap import TableMap, parse_table_map
+from lagd.relaylog._tablemap import MAX_COLUMNS, TableMap, parse_table_map
 from lagd.relaylog.errors import EncryptedRelayLogError
 from lagd.relaylog.events import (
     CorruptEvent,
@@ -45,6 +46,17 @@ log = logging.getLogger("lagd.relaylog")
 # An event larger than this is taken as a corrupt header: MySQL caps events
 # at max_allowed_packet (1 GiB) plus a little framing.
 MAX_EVENT_SIZE = (1 << 30) + (1 << 20)
+# A compressed payload may not inflate beyond what it declares, nor ever
+# beyond this (a transaction payload is one event of at most MAX_EVENT_SIZE
+# on the source, but the inflated transaction has no such cap there).
+MAX_INFLATED = 4 << 30
+# Where reading resumes after damage is a GTID or BEGIN event: small ones.
+# Looking only at small candidates keeps the search linear in the bytes.
+_RESUME_EVENT_MAX = 1024
+# Caches keyed by log bytes: bounded so a damaged stream cannot grow them.
+_MAX_DEFINITION_BYTES = 64 << 20
+_MAX_IMAGES_PER_TABLE = 256
+_MAX_LOAD_BLOCKS = 64
 
 _ROWS_KIND = {
     w.WRITE_ROWS_EVENT_V1: (RowKind.INSERT, False),
@@ -58,6 +70,8 @@ _ROWS_KIND = {
 _START_TYPES = frozenset(
     {w.GTID_LOG_EVENT, w.ANONYMOUS_GTID_LOG_EVENT, w.GTID_TAGGED_LOG_EVENT, w.MARIA_GTID_EVENT}
 )
+# The type byte of an event that can start a transaction (or BEGIN's query).
+_START_TYPE_BYTE = re.compile(b"[" + re.escape(bytes(sorted(_START_TYPES | {w.QUERY_EVENT}))) + b"]")
 # While skipping to the next transaction after corruption, these still count.
 _RESUME_TYPES = _START_TYPES | {w.QUERY_EVENT, w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT}
 # Events that carry nothing a probe, the lag maths or the advisor use.
@@ -72,7 +86,9 @@ _DEFAULT_POST_HEADER = {w.QUERY_EVENT: 13, w.ROTATE_EVENT: 8, w.TABLE_MAP_EVENT:
                         w.EXECUTE_LOAD_QUERY_EVENT: 26, w.BEGIN_LOAD_QUERY_EVENT: 4,
                         w.APPEND_BLOCK_EVENT: 4}
 
-_KEYWORD = re.compile(rb"^(?:\s+|/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)*([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.S)
+# Atomic and possessive: leading whitespace and comments are skipped without
+# backtracking (the plain form took minutes on 32 blanks and an open comment).
+_KEYWORD = re.compile(rb"^(?>\s+|/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)*+([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.S)
 _DML = frozenset({b"INSERT", b"UPDATE", b"DELETE", b"REPLACE", b"LOAD", b"CALL", b"DO", b"WITH"})
 _SCHEMA_CHANGING = frozenset({b"ALTER", b"CREATE", b"DROP", b"RENAME", b"TRUNCATE"})
 _NAME = r"(?:`(?:[^`]|``)+`|\w+)"
@@ -95,6 +111,8 @@ class ReaderStats:
     rows_unprobeable: int = 0
     corrupt_events: int = 0
     skipped_events: int = 0  # dropped while finding the next transaction after corruption
+    skipped_bytes: int = 0  # bytes of corrupt and skipped events, and of damaged stretches
+    last_skip: str | None = None  # "file:offset: reason" of the latest damage
     unknown_events: dict[int, int] = field(default_factory=dict)
     unsupported_events: dict[str, int] = field(default_factory=dict)
     table_definitions: int = 0
@@ -118,6 +136,8 @@ class _TableDecoder:
     def image(self, present: bytes) -> ImageDecoder:
         dec = self._images.get(present)
         if dec is None:
+            if len(self._images) >= _MAX_IMAGES_PER_TABLE:
+                self._images.clear()  # MINIMAL images of many column sets, or damage
             bits = int.from_bytes(present, "little")
             cols = tuple(i for i in range(self.tm.column_count) if bits & (1 << i))
             dec = compile_image_decoder(self.tm, self.info, cols)
@@ -161,6 +181,10 @@ class EventDecoder:
         self.source_server_id: int | None = None
         self.file = ""
         self._last_end = 4
+        self._definition_bytes = 0
+        self._nested = False  # decoding the inside of a transaction payload
+        self._file_damage = 0  # corrupt events in the current file
+        self._file_skipped = 0  # bytes they and the damaged stretches cover
         self._reset_stream()
         self._reset_transaction()
 
@@ -204,9 +228,17 @@ class EventDecoder:
             self.trx_carried += max(0, self._last_end - self.trx_start)
             self.trx_start = 4
         self._last_end = 4
+        self._damage_summary()
         self.file = name
         self._reset_stream()
         self.stats.files += 1
+
+    def _damage_summary(self) -> None:
+        """One line per damaged file: what its first warning did not count."""
+        if self._file_damage > 1:
+            log.warning("relay log %s: %d damaged stretches, %d bytes skipped in all; last: %s",
+                        self.file, self._file_damage, self._file_skipped, self.stats.last_skip)
+        self._file_damage = self._file_skipped = 0
 
     def abandon_transaction(self) -> None:
         """Forget a half-read transaction (the reader jumped elsewhere)."""
@@ -225,11 +257,15 @@ class EventDecoder:
 
     # ----- the hot loop ------------------------------------------------
 
-    def decode(self, buf: bytes, pos: int, end: int, base: int) -> tuple[list[Event], int]:
+    def decode(self, buf: bytes, pos: int, end: int, base: int,
+               final: bool = False) -> tuple[list[Event], int]:
         """Decode whole events in ``buf[pos:end]``.
 
         ``base`` is the file offset of ``buf[0]``. Returns the events and the
         buffer offset of the first byte not consumed (an incomplete event).
+        ``final`` says ``end`` is the end of a complete file: an event that
+        claims to run past it is damage (reported, then reading resumes at
+        the next transaction start found after it), not a partial write.
 
         The common events of a row-based transaction (GTID, table map, rows,
         XID) are handled inline: this loop runs once per event, several
@@ -260,6 +296,9 @@ class EventDecoder:
                     self.source_file, out, new_start, _new_end, _new_row, _new_rows_query, _KINDS,
                 )
                 if new_pos != pos:
+                    # Each transaction's end forgets its table maps, as _end does
+                    # (a stray table map outside any transaction must not live on).
+                    tables.clear()
                     n_events += n
                     stats.row_changes += rows
                     stats.rows_unprobeable += unprobeable
@@ -269,8 +308,10 @@ class EventDecoder:
                 refused_at = pos
             ts, typ, sid, size, logpos, flags = unpack_header(buf, pos)
             nxt = pos + size
-            if size < 19 or size > MAX_EVENT_SIZE:
-                resumed = self._corrupt_header(buf, pos, end, base, out, f"event size {size}")
+            if size < 19 or size > MAX_EVENT_SIZE or (nxt > end and final):
+                why = f"event of {size} bytes runs past the end of the file ({end - pos} left)" \
+                    if 19 <= size <= MAX_EVENT_SIZE else f"event size {size}"
+                resumed = self._corrupt_header(buf, pos, end, base, out, why)
                 if resumed is None:
                     pos = end
                     break
@@ -288,6 +329,7 @@ class EventDecoder:
                         raise w.WireError("checksum mismatch")
                 if self.skipping and typ not in _RESUME_TYPES:
                     stats.skipped_events += 1
+                    stats.skipped_bytes += size
                 elif typ in rows_kind:
                     self._rows(buf, pos, body_end, typ, base + nxt, out)
                 elif typ == 19:  # TABLE_MAP_EVENT
@@ -322,7 +364,7 @@ class EventDecoder:
                 reason = f"{w.EVENT_NAMES.get(typ, typ)}: {exc}"
                 if body_end != nxt and "checksum" not in reason and not _crc_ok(buf, pos, body_end):
                     reason += " (and its checksum does not match: the bytes are damaged)"
-                self._corrupt(base + pos, reason, out)
+                self._corrupt(base + pos, reason, out, size)
             pos = nxt
         stats.events += n_events
         stats.bytes += pos - start_pos
@@ -334,24 +376,32 @@ class EventDecoder:
     def _rows(self, buf: bytes, pos: int, end: int, typ: int, next_offset: int,
               out: list[Event]) -> None:
         kind, v2 = _ROWS_KIND[typ]
-        p = pos + 19
+        # The image decoders see this event's bytes only, so a damaged
+        # length can neither read nor copy beyond it.
+        ev = buf[pos:end]
+        end = len(ev)
+        p = 19
         if self.post_header.get(typ, 8 if not v2 else 10) == 6:
-            table_id = w.U32.unpack_from(buf, p)[0]
+            table_id = w.U32.unpack_from(ev, p)[0]
             p += 4
         else:
-            table_id = w.U32.unpack_from(buf, p)[0] | (buf[p + 4] << 32) | (buf[p + 5] << 40)
+            table_id = w.U32.unpack_from(ev, p)[0] | (ev[p + 4] << 32) | (ev[p + 5] << 40)
             p += 6
-        rflags = buf[p] | (buf[p + 1] << 8)
+        rflags = ev[p] | (ev[p + 1] << 8)
         p += 2
         if v2:
-            p += buf[p] | (buf[p + 1] << 8)  # extra data, its own 2-byte length included
-        ncols, p = w.packed_int(buf, p)
+            p += ev[p] | (ev[p + 1] << 8)  # extra data, its own 2-byte length included
+        ncols, p = w.packed_int(ev, p)
+        if not 0 < ncols <= MAX_COLUMNS:
+            raise w.WireError(f"row event with {ncols} columns")
         nb = (ncols + 7) // 8
-        present = buf[p : p + nb]
+        if p + nb * (2 if kind is RowKind.UPDATE else 1) > end:
+            raise w.WireError("row event column bitmaps run past the event")
+        present = ev[p : p + nb]
         p += nb
         td = self._tables.get(table_id)
         if kind is RowKind.UPDATE:
-            present2 = buf[p : p + nb]
+            present2 = ev[p : p + nb]
             p += nb
         if td is None:
             raise w.WireError(f"row event for table id {table_id} without a table map")
@@ -361,36 +411,24 @@ class EventDecoder:
         self.trx_tables.add(td.qualified)
         info = td.info
         before_dec = td.image(present)
-        n = 0
+        mark = len(out)
         if typ == w.PARTIAL_UPDATE_ROWS_EVENT:
             # The after image holds JSON diffs in a different layout; the
             # before image still gives the key, which is what probes need.
             self.stats.unsupported_events["partial_update_after_image"] = \
                 self.stats.unsupported_events.get("partial_update_after_image", 0) + 1
-            before, p = before_dec(buf, p)
+            before, p = before_dec(ev, p)
+            if p > end:
+                raise w.WireError(f"row of {info.qualified} runs past the event")
             out.append(_new_row(info, kind, before, None))
-            n = 1
             p = end
-        elif kind is RowKind.UPDATE:
-            after_dec = td.image(present2)
-            while p < end:
-                before, p = before_dec(buf, p)
-                after, p = after_dec(buf, p)
-                out.append(_new_row(info, kind, before, after))
-                n += 1
-        elif kind is RowKind.INSERT:
-            while p < end:
-                after, p = before_dec(buf, p)
-                out.append(_new_row(info, kind, None, after))
-                n += 1
         else:
-            while p < end:
-                before, p = before_dec(buf, p)
-                out.append(_new_row(info, kind, before, None))
-                n += 1
+            p = self._row_images(ev, p, end, td, kind, before_dec,
+                             td.image(present2) if kind is RowKind.UPDATE else None, out)
+        n = len(out) - mark
         if p != end:
-            del out[len(out) - n :]
-            raise w.WireError(f"rows of {info.qualified} end at {p - pos}, the event at {end - pos}")
+            del out[mark:]
+            raise w.WireError(f"rows of {info.qualified} end at {p}, the event at {end}")
         self.trx_rows += n
         self.stats.row_changes += n
         if not td.probeable:
@@ -398,13 +436,41 @@ class EventDecoder:
         if self.trx_standalone and rflags & 1 and not self.trx_began:
             out.append(self._end(next_offset, 0, True, None))
 
+    @staticmethod
+    def _row_images(ev: bytes, p: int, end: int, td: _TableDecoder, kind: RowKind,
+                first: ImageDecoder, second: ImageDecoder | None, out: list[Event]) -> int:
+        """Decode the rows of one event; every row must consume bytes.
+
+        Without that check a damaged column set decoding to zero bytes a row
+        (a column count of 0, zero-width types) would append rows forever.
+        """
+        info = td.info
+        append = out.append
+        mark = len(out)
+        while p < end:
+            start = p
+            a, p = first(ev, p)
+            if second is not None:
+                b, p = second(ev, p)
+                append(_new_row(info, kind, a, b))
+            elif kind is RowKind.INSERT:
+                append(_new_row(info, kind, None, a))
+            else:
+                append(_new_row(info, kind, a, None))
+            if p <= start:
+                del out[mark:]
+                raise w.WireError(f"a row of {info.qualified} decodes from {p - start} bytes")
+        return p
+
     def _new_definition(self, body: bytes) -> _TableDecoder:
         tid_len = 4 if self.post_header.get(w.TABLE_MAP_EVENT, 8) == 6 else 6
         tm = parse_table_map(body, 0, len(body), tid_len)
         td = _TableDecoder(tm, self.resolver.resolve(tm))
-        if len(self._definitions) > 10000:
-            self._definitions.clear()  # bounded: a schema with churned tables
+        if len(self._definitions) > 10000 or self._definition_bytes > _MAX_DEFINITION_BYTES:
+            self._definitions.clear()  # bounded: a schema with churned tables, or damage
+            self._definition_bytes = 0
         self._definitions[body] = td
+        self._definition_bytes += len(body)
         self.stats.table_definitions += 1
         return td
 
@@ -569,6 +635,8 @@ class EventDecoder:
             p = pos + 19
             file_id = w.U32.unpack_from(buf, p)[0]
             data = buf[p + self.post_header.get(typ, 4) : end]
+            if file_id not in self._load_blocks and len(self._load_blocks) >= _MAX_LOAD_BLOCKS:
+                self._load_blocks.clear()  # blocks whose EXECUTE never came (or damage)
             block = self._load_blocks.setdefault(file_id, [0, 0])
             block[0] += len(data)
             block[1] += data.count(b"\n")
@@ -597,7 +665,7 @@ class EventDecoder:
             raise w.WireError(f"unsupported common header length {header_len}")
         aware = _checksum_aware(version)
         lens_end = nxt - 5 if aware else nxt
-        lens = buf[p + 57 : lens_end]
+        lens = buf[p + 57 : min(lens_end, p + 57 + 255)]  # type codes are one byte
         self.post_header = {i + 1: n for i, n in enumerate(lens)}
         # The C path knows only today's layouts (6-byte table ids, v1/v2 rows).
         ph = self.post_header
@@ -614,6 +682,8 @@ class EventDecoder:
             self.saw_foreign_fde = True
 
     def _payload(self, buf: bytes, pos: int, end: int, outer_end: int, out: list[Event]) -> None:
+        if self._nested:
+            raise w.WireError("a transaction payload inside a transaction payload")
         p = pos + 19
         size = ctype = usize = None
         while p < end:
@@ -629,9 +699,11 @@ class EventDecoder:
                 ctype = value
             elif ftype == 3:
                 usize = value
+        if p > end or (size is not None and p + size > end):
+            raise w.WireError("payload fields run past the event")
         data = buf[p : p + size if size is not None else end]
         if ctype == 0:
-            inner = self._zstd.decompress(data, max_output_size=usize or 0)
+            inner = _inflate_zstd(self._zstd, data, usize)
         elif ctype in (None, 255):
             inner = bytes(data)
         else:
@@ -641,21 +713,33 @@ class EventDecoder:
         saved_crc = self.crc
         self.crc = False
         self._pinned_end = outer_end
+        self._nested = True
         try:
             events, stop = self.decode(inner, 0, len(inner), 0)
         finally:
             self.crc = saved_crc
             self._pinned_end = None
+            self._nested = False
         out.extend(events)
         if stop != len(inner):
             raise w.WireError("compressed payload ends inside an event")
 
     # ----- corruption ----------------------------------------------------
 
-    def _corrupt(self, offset: int, reason: str, out: list[Event]) -> None:
-        self.stats.corrupt_events += 1
-        log.warning("corrupt event in %s at %d: %s; resuming at the next transaction",
-                    self.file, offset, reason)
+    def _corrupt(self, offset: int, reason: str, out: list[Event], size: int = 0) -> None:
+        st = self.stats
+        st.corrupt_events += 1
+        st.skipped_bytes += size
+        st.last_skip = f"{self.file}:{offset}: {reason}"
+        self._file_damage += 1
+        self._file_skipped += size
+        # Logged once per file (damage tends to come in runs); the rest is
+        # counted in the stats and summed up when the file is left.
+        if self._file_damage == 1:
+            log.warning("corrupt event in %s at %d: %s; resuming at the next transaction",
+                        self.file, offset, reason)
+        else:
+            log.debug("corrupt event in %s at %d: %s", self.file, offset, reason)
         out.append(CorruptEvent(self.file, offset, reason))
         self._reset_transaction()
         self._tables.clear()
@@ -663,34 +747,66 @@ class EventDecoder:
 
     def _corrupt_header(self, buf: bytes, pos: int, end: int, base: int, out: list[Event],
                         reason: str) -> int | None:
-        """Find the next plausible transaction start after a broken header."""
+        """Find the next plausible transaction start after a broken header.
+
+        Linear in the bytes searched: each candidate type keeps its own next
+        hit, and a candidate is checked only as far as a small event reaches.
+        """
         self._corrupt(base + pos, reason, out)
-        p = pos + 1
-        while p + 19 <= end:
-            p = _next_candidate(buf, p, end)
-            if p < 0 or p + 19 > end:
-                return None
+        found = None
+        for p in _candidates(buf, pos + 1, end):
             _ts, typ, sid, size, _lp, _fl = w.HEADER.unpack_from(buf, p)
-            if 19 <= size <= 1 << 20 and p + size <= end and (
-                self.source_server_id is None or sid == self.source_server_id
-            ):
-                body_end = p + size - (4 if self.crc else 0)
-                ok = not self.crc or zlib.crc32(buf[p:body_end]) == w.U32.unpack_from(buf, body_end)[0]
-                if ok and (typ in _START_TYPES or b"BEGIN" in buf[p + 19 : p + size]):
-                    return p
-            p += 1
-        return None
+            if not 19 <= size <= _RESUME_EVENT_MAX or p + size > end:
+                continue
+            if self.source_server_id is not None and sid != self.source_server_id:
+                continue
+            if typ == w.QUERY_EVENT and buf.find(b"BEGIN", p + 19, p + size) < 0:
+                continue
+            body_end = p + size - (4 if self.crc else 0)
+            if self.crc and zlib.crc32(buf[p:body_end]) != w.U32.unpack_from(buf, body_end)[0]:
+                continue
+            found = p
+            break
+        skipped = (found if found is not None else end) - pos
+        self.stats.skipped_bytes += skipped
+        self._file_skipped += skipped
+        return found
 
 
-def _next_candidate(buf: bytes, p: int, end: int) -> int:
-    """Next offset whose type byte (header offset 4) could start a transaction."""
-    best = -1
-    for t in (w.GTID_LOG_EVENT, w.ANONYMOUS_GTID_LOG_EVENT, w.GTID_TAGGED_LOG_EVENT,
-              w.MARIA_GTID_EVENT, w.QUERY_EVENT):
-        i = buf.find(bytes((t,)), p + 4, end)
-        if i >= 0 and (best < 0 or i - 4 < best):
-            best = i - 4
-    return best
+def _candidates(buf: bytes, p: int, end: int) -> Iterator[int]:
+    """Offsets from ``p`` whose type byte (header offset 4) could start a
+    transaction, in order: one pass over the bytes, however many are tried."""
+    for m in _START_TYPE_BYTE.finditer(buf, p + 4, end):
+        at = m.start() - 4
+        if at + 19 > end:
+            return
+        yield at
+
+
+def _inflate_zstd(dctx: zstandard.ZstdDecompressor, data: bytes, declared: int | None) -> bytes:
+    """Decompress a payload, never to more than it declares.
+
+    The server always writes the uncompressed size. A frame header's content
+    size is not trusted either: the output is read in steps, so memory
+    follows what actually inflates.
+    """
+    if declared is None:
+        raise w.WireError("compressed payload without its uncompressed size")
+    cap = declared
+    if cap > MAX_INFLATED:
+        raise w.WireError(f"payload declares {cap} bytes uncompressed")
+    parts: list[bytes] = []
+    got = 0
+    with dctx.stream_reader(data) as reader:
+        while got <= cap:
+            part = reader.read(min(1 << 20, cap + 1 - got))
+            if not part:
+                break
+            parts.append(part)
+            got += len(part)
+    if got != declared:
+        raise w.WireError(f"payload inflates to {got} bytes, not the {cap} it declares")
+    return b"".join(parts)
 
 
 def _checksum_aware(version: str) -> bool:
@@ -744,11 +860,18 @@ def _tagged_gtid(buf: bytes, p: int, end: int) -> dict[int, Any]:
 
 
 def _maria_uncompress(data: bytes) -> bytes:
-    """MariaDB log_bin_compress: a header byte, the length, then zlib."""
+    """MariaDB log_bin_compress: a header byte, the length, then zlib.
+
+    Inflates no further than the declared length (and never beyond an
+    event's size cap): a damaged stream must not become a zip bomb.
+    """
     head = data[0]
     lenlen = head & 0x07
     size = int.from_bytes(data[1 : 1 + lenlen], "big")
-    out = zlib.decompress(data[1 + lenlen :])
+    if size > MAX_EVENT_SIZE:
+        raise w.WireError(f"compressed query declares {size} bytes")
+    d = zlib.decompressobj()
+    out = d.decompress(data[1 + lenlen :], size + 1)
     if len(out) != size:
         raise w.WireError("compressed query has the wrong length")
     return out

@@ -3,9 +3,17 @@
 The reader starts where the SQL thread stands (Relay_Log_File/Relay_Log_Pos),
 walks the relay-log index across rotations, and at the end of the file being
 written returns what it has and tries again later: a short read there is the
-IO thread still writing, not an error. When the file under it has been
-purged (the SQL thread overtook it and the server deleted it), it asks the
-replica where the SQL thread is now and carries on from there.
+IO thread still writing, not an error.
+
+"At the tail" is claimed only for the last file the index lists, and only
+while that name still belongs to the file being read. When the file under
+the reader left the index (purged: the SQL thread overtook it), was deleted
+or was replaced by a new file of the same name (the relay log started anew),
+the reader finishes what the open handle still holds and then either goes on
+with the next file (its file was read whole and the index lists the one
+numbered after it: nothing was missed) or asks the replica where the SQL
+thread is and resumes there, emitting ``Resynced``. Either way it says so in
+the log once, and ``synced`` stays False until the new tail is reached.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lagd.relaylog import _wire as w
-from lagd.relaylog.decoder import EventDecoder, ReaderStats
+from lagd.relaylog.decoder import MAX_EVENT_SIZE, EventDecoder, ReaderStats
 from lagd.relaylog.errors import (
     EncryptedRelayLogError,
     NotALogFileError,
@@ -28,7 +36,7 @@ from lagd.relaylog.errors import (
     RelayLogPurgedError,
 )
 from lagd.relaylog.events import CorruptEvent, Event
-from lagd.relaylog.position import RelayPosition
+from lagd.relaylog.position import RelayPosition, file_sequence
 from lagd.relaylog.schema import SchemaResolver, TableMapResolver
 
 log = logging.getLogger("lagd.relaylog")
@@ -135,33 +143,55 @@ class RelayLogReader:
         self._pending = b""  # bytes of an incomplete event at the tail
         self.position = start  # where the next unread event starts
         self.at_tail = False
+        self._synced = False
+        self._resyncs_in_read = 0
         self._opened = False
         # file -> how far its control events are known, and those events
         self._walks: dict[tuple[str, int, int], tuple[int, list[tuple[int, bytes]]]] = {}
 
     # ----- public --------------------------------------------------------
 
+    @property
+    def synced(self) -> bool:
+        """True once the reader has reached the live tail since it was made,
+        last ``seek()``-ed or resynchronised; False again after each of those.
+
+        Until then what it has read is only a prefix of what is waiting: a
+        caller must not publish a backlog (least of all an empty one) from it.
+        """
+        return self._synced
+
+    @property
+    def skipped_events(self) -> int:
+        """Events lost to damage: corrupt ones and those dropped after them."""
+        return self.stats.corrupt_events + self.stats.skipped_events
+
+    @property
+    def skipped_bytes(self) -> int:
+        return self.stats.skipped_bytes
+
+    @property
+    def last_skip_reason(self) -> str | None:
+        """``file:offset: reason`` of the latest damage, None if none yet."""
+        return self.stats.last_skip
+
     def read(self, max_bytes: int | None = None) -> list[Event | Resynced]:
         """Decode what is available now, up to about ``max_bytes`` of log."""
         budget = max_bytes if max_bytes is not None else self.chunk_size
         out: list[Event | Resynced] = []
         self.at_tail = False
-        resyncs = 0
+        self._resyncs_in_read = 0
         while budget > 0:
             try:
                 got = self._read_some(out, min(budget, self.chunk_size))
             except FileNotFoundError:
                 self._close()
-                if resyncs:
-                    # The SQL thread's own position is gone too (the relay logs
-                    # were deleted, or the status is stale): do not spin here.
-                    raise RelayLogPurgedError(self.position.file) from None
-                resyncs += 1
-                out.append(self._resync("file purged"))
+                out.append(self._resync("is gone (purged before lagd opened it)"))
                 continue
             if got == 0:
                 if not self._advance_file(out):
                     self.at_tail = True
+                    self._synced = True
                     break
                 continue
             budget -= got
@@ -186,6 +216,7 @@ class RelayLogReader:
         self._close()
         self.decoder.abandon_transaction()
         self.position = position
+        self._synced = False
 
     # ----- internals -----------------------------------------------------
 
@@ -243,7 +274,7 @@ class RelayLogReader:
             p = 0
             while p + 19 <= len(block) and pos + p < upto:
                 _ts, typ, _sid, size, _lp, _fl = w.HEADER.unpack_from(block, p)
-                if size < 19:
+                if size < 19 or size > MAX_EVENT_SIZE:
                     pos = upto  # damaged: let the decoder report it when it gets there
                     break
                 if typ in (w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT, w.MARIA_START_ENCRYPTION_EVENT):
@@ -251,7 +282,7 @@ class RelayLogReader:
                         raw = block[p : p + size]
                     else:
                         fh.seek(pos + p)
-                        raw = fh.read(size)
+                        raw = fh.read(min(size, max(0, st.st_size - pos - p)))
                     controls.append((pos + p, raw))
                 p += size
             else:
@@ -260,7 +291,8 @@ class RelayLogReader:
                     break
                 continue
             break
-        self._walks = {k: v for k, v in self._walks.items() if k[0] != key[0]}  # one identity per name
+        # One identity per name, and only the files seeked into lately.
+        self._walks = {k: v for k, v in list(self._walks.items())[-32:] if k[0] != key[0]}
         self._walks[key] = (max(walked, min(pos, upto)), controls)
         for offset, raw in controls:
             if offset < upto:
@@ -291,55 +323,132 @@ class RelayLogReader:
         if used == 0 and not data:
             return 0
         if used == 0 and len(self._pending) > self.chunk_size:
-            # One event larger than a chunk: read the rest of it in one go.
+            # One event larger than a chunk: read the rest of it in one go,
+            # but no more than the file holds (a damaged size claims up to
+            # 1 GiB, and a read of n bytes allocates n bytes first).
             head = w.HEADER.unpack_from(self._pending, 0)
-            rest = fh.read(head[3] - len(self._pending))
+            on_disk = os.fstat(fh.fileno()).st_size - fh.tell()
+            rest = fh.read(max(0, min(head[3] - len(self._pending), on_disk)))
             self._pending += rest
             return len(rest) or 0
         return used or len(data)
 
     def _advance_file(self, out: list[Event | Resynced]) -> bool:
-        """At EOF: move to the next file if the log has rotated past this one."""
-        if self._fh is None:
+        """At EOF: go on (True) when there is more to read here or elsewhere,
+        or say this is the live tail (False)."""
+        fh = self._fh
+        if fh is None:
             return False
         name = self.position.file
-        nxt = self.files.after(name)
-        if nxt is None:
-            if not self.files.live and self._pending:
-                self._truncated(out)
-            return False
-        # The rotate is on disk before the next file is listed, but re-read
-        # once so a last event written just now is not mistaken for a stub.
-        data = self._fh.read()
-        if data:
-            self._pending += data
-            events, used = self.decoder.decode(self._pending, 0, len(self._pending), self.position.offset)
-            out.extend(events)
-            self.position = RelayPosition(name, self.position.offset + used, self.position.sequence)
-            self._pending = self._pending[used:]
+        if not self.files.live:
+            nxt = self.files.after(name)
+            self._finish(out)
+            if nxt is None:
+                return False
+            self._close()
+            self.position = RelayPosition(nxt.name, 4)
+            return True
+        names = self.files.names()
+        # The file is complete once a later one is listed, but the rotate is
+        # written before that: look at the size after reading the index.
+        size = os.fstat(fh.fileno()).st_size
+        if size > fh.tell():
+            return True
+        listed = next((i for i, p in enumerate(names) if p.name == name), None)
+        if listed is None:
+            # Confirm with a second look: MariaDB rewrites the index in place
+            # when it purges, so one read can see it half written.
+            names = self.files.names()
+            listed = next((i for i, p in enumerate(names) if p.name == name), None)
+        gone = self._gone(fh, size, names[listed] if listed is not None else None)
+        if gone is None:
+            if listed is None or listed + 1 >= len(names):
+                return False
+            self._finish(out)
+            self._close()
+            self.position = RelayPosition(names[listed + 1].name, 4)
+            return True
+        whole = self._finish(out)
+        self._close()
+        # Purging removes the oldest files, so after a purge of this file
+        # every listed one is numbered after it; a listed file numbered at or
+        # below it means the relay log started anew with new numbers.
+        seq = file_sequence(name)
+        nxt = next((p for p in names if file_sequence(p.name) == seq + 1), None)
+        purged = listed is None and all(file_sequence(p.name) > seq for p in names)
+        if purged and whole and nxt is not None:
+            log.info("relay log %s %s after lagd had read all of it; going on with %s",
+                     name, gone, nxt.name)
+            self.position = RelayPosition(nxt.name, 4)
+            return True
+        out.append(self._resync(gone if whole else f"{gone}, and it ended inside an event"))
+        return True
+
+    def _gone(self, fh: BinaryIO, size: int, listed: Path | None) -> str | None:
+        """Why the open file is no longer the one its name stands for, if so."""
+        if listed is None:
+            return "left the relay-log index (purged)"
+        try:
+            st = os.stat(listed)
+        except FileNotFoundError:
+            return "was deleted"
+        except OSError:
+            return None  # cannot tell: keep reading what is open
+        own = os.fstat(fh.fileno())
+        if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
+            return "was replaced by a new file of the same name (the relay log started anew)"
+        if size < fh.tell():
+            return "shrank below the read position"
+        return None
+
+    def _finish(self, out: list[Event | Resynced]) -> bool:
+        """The open file is complete: decode what is left of it. True when it
+        ended on an event boundary (nothing damaged or cut at its end)."""
+        if not self._pending:
+            return True
+        base = self.position.offset
+        events, used = self.decoder.decode(self._pending, 0, len(self._pending), base, final=True)
+        out.extend(events)
+        self._pending = self._pending[used:]
+        self.position = RelayPosition(self.position.file, base + used, self.position.sequence)
         if self._pending:
             self._truncated(out)
-        self._close()
-        self.position = RelayPosition(nxt.name, 4)
-        return True
+        return False
 
     def _truncated(self, out: list[Event | Resynced]) -> None:
         reason = f"file ends inside an event ({len(self._pending)} bytes of it)"
-        self.stats.corrupt_events += 1
+        st = self.stats
+        st.corrupt_events += 1
+        st.skipped_bytes += len(self._pending)
+        st.last_skip = f"{self.position.file}:{self.position.offset}: {reason}"
         log.warning("%s at %d: %s", self.position.file, self.position.offset, reason)
         out.append(CorruptEvent(self.position.file, self.position.offset, reason))
         self.decoder.abandon_transaction()
+        self.position = RelayPosition(self.position.file, self.position.offset + len(self._pending),
+                                      self.position.sequence)
         self._pending = b""
 
     def _resync(self, reason: str) -> Resynced:
         gone = self.position.file
-        if self._resync_fn is None:
+        self._resyncs_in_read += 1
+        if self._resync_fn is None or self._resyncs_in_read > 2:
+            # No one to ask, or the SQL thread's own position is gone too (the
+            # relay logs were deleted, or the status is stale): do not spin.
             raise RelayLogPurgedError(gone)
         target = self._resync_fn()
+        names = self.files.names()
+        if names and all(p.name != target.file for p in names):
+            later = [p for p in names if file_sequence(p.name) > file_sequence(gone)]
+            start = (later or names)[0]
+            reason += (f"; the SQL thread's {target} is not listed either (a stale status),"
+                       f" so from the start of {start.name}")
+            target = RelayPosition(start.name, 4)
         self.stats.resyncs += 1
-        log.info("relay log %s is gone (%s); resuming at the SQL thread's %s", gone, reason, target)
+        log.info("relay log %s %s; lagd's look-ahead resumes at %s", gone, reason, target)
+        self._close()
         self.decoder.abandon_transaction()
         self.position = target
+        self._synced = False
         return Resynced(gone, target, reason)
 
 

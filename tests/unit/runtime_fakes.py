@@ -98,6 +98,7 @@ class FakeReader:
         self.relay = relay
         self.position = start
         self.at_tail = False
+        self.synced = False  # like RelayLogReader: True once a read reached the tail since the last seek
         self.seeks: list[RelayPosition] = []
         self.closed = False
 
@@ -111,13 +112,13 @@ class FakeReader:
             if RelayPosition(end.relay_file, end.relay_offset) > self.position:
                 out += trx
                 self.position = RelayPosition(end.relay_file, end.relay_offset)
-        self.at_tail = True
+        self.at_tail = self.synced = True
         return out
 
     def seek(self, position: RelayPosition) -> None:
         self.seeks.append(position)
         self.position = position
-        self.at_tail = False
+        self.at_tail = self.synced = False
 
     def close(self) -> None:
         self.closed = True

@@ -83,6 +83,8 @@ class RelayReader(Protocol):
 
     position: RelayPosition
     at_tail: bool
+    @property
+    def synced(self) -> bool: ...  # reached the live tail since it was made, sought or resynced
 
     def read(self, max_bytes: int | None = None) -> list[Event | Resynced]: ...
 
@@ -480,7 +482,7 @@ class Runtime:
             if gen == self._gen:
                 files.add(reader.position.file)
                 self._seen |= files
-                if reader.at_tail:
+                if reader.at_tail and reader.synced:
                     self._known_gen = gen
             look.feed(batch, reader.position)
             backlog.at_tail = reader.at_tail

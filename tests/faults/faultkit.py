@@ -304,26 +304,36 @@ class Watch:
 
     sb: Sandbox
     d: Lagd
-    interval: float = 0.25
+    interval: float = 0.1
     readings: list[Reading] = field(default_factory=list)
     truths: list[Truth] = field(default_factory=list)
     healthz: list[tuple[float, int]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
+    _threads: list[threading.Thread] = field(default_factory=list)
 
     def __enter__(self) -> Watch:
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        # Two threads: a dead or hung server slows the truth queries down (their
+        # timeouts), and must not thin out the /status readings.
+        self._threads = [threading.Thread(target=self._readings, daemon=True),
+                         threading.Thread(target=self._truths, daemon=True)]
+        for t in self._threads:
+            t.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(15)
+        for t in self._threads:
+            t.join(15)
+        self.truths.append(truth(self.sb))
 
-    def _run(self) -> None:
+    def _truths(self) -> None:
         while not self._stop.is_set():
             self.truths.append(truth(self.sb))
+            self._stop.wait(0.1)
+
+    def _readings(self) -> None:
+        n = 0
+        while not self._stop.is_set():
             t = time.monotonic()
             code, body = self.d.get("/status", timeout=2.0)
             st = None
@@ -331,9 +341,10 @@ class Watch:
                 with suppress(ValueError):
                     st = json.loads(body)
             self.readings.append(Reading(t, st, code))
-            self.healthz.append((time.monotonic(), self.d.get("/healthz", timeout=2.0)[0]))
+            if n % 4 == 0:
+                self.healthz.append((time.monotonic(), self.d.get("/healthz", timeout=2.0)[0]))
+            n += 1
             self._stop.wait(self.interval)
-        self.truths.append(truth(self.sb))
 
     # -- judging --
 

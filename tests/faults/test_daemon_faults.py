@@ -240,8 +240,8 @@ def test_scrape_flood_and_slow_clients(fsb: Sandbox, tmp_path: Path) -> None:
 
 # ----- SIGTERM in every state -------------------------------------------------------------------
 
-STATES = ["first-instant", "starting-port-closed", "wrong-password", "replica-hung", "running", "catching-up-prefetch",
-          "reloading"]
+STATES = ["first-instant", "starting-port-closed", "wrong-password", "replica-hung", "running",
+          "catching-up-prefetch", "reloading"]
 
 
 @pytest.mark.parametrize("state", STATES)

@@ -33,7 +33,8 @@ from tests.faults.faultkit import (
     wait_received,
 )
 
-ROWS = 20_000
+ROWS = 10_000
+LOCK_BEFORE, LOCK_AFTER = 17, 18
 
 # case: (DDL on the source, updates after it, "applied on the replica" query, bad probe regex)
 CASES: dict[str, tuple[str, str, str, str]] = {
@@ -46,7 +47,7 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     ),
     "drop_index": (
         "ALTER TABLE t DROP INDEX ka",
-        "UPDATE t SET c = %s WHERE id IN ({ids})",
+        "UPDATE t SET k = k + 1, c = %s WHERE id IN ({ids})",
         "SELECT 1 - COUNT(*) AS n FROM information_schema.STATISTICS WHERE table_schema = %s "
         "AND table_name = 't' AND index_name = 'ka'",
         r"`t` FORCE INDEX \(`ka`\)",
@@ -74,7 +75,8 @@ CASES: dict[str, tuple[str, str, str, str]] = {
     "drop_table": (
         "DROP TABLE t",
         "UPDATE u SET c = %s WHERE id IN ({ids})",
-        "SELECT 1 - COUNT(*) AS n FROM information_schema.TABLES WHERE table_schema = %s AND table_name = 't'",
+        "SELECT 1 - COUNT(*) AS n FROM information_schema.TABLES WHERE table_schema = %s "
+        "AND table_name = 't'",
         r"\.`t` ",
     ),
 }
@@ -123,22 +125,50 @@ def test_ddl_mid_stream(fsb: Sandbox, db: str, tmp_path: Path, case: str) -> Non
     _create(fsb, db)
     fsb.wait_caught_up(timeout=60)
     since = replica_now(fsb.replica())
-    extra = "[prefetch]\nevaluate_window_seconds = 2.0\nadaptive = false\n"
+    # A short lead: lagd keeps probing through the catch-up instead of all at once.
+    extra = ("[prefetch]\nevaluate_window_seconds = 2.0\nadaptive = false\n"
+             "min_lead_transactions = 20\nmax_lead_transactions = 100\n")
     with lagd_running(fsb, tmp_path, extra=extra) as d:
         wait_idle(d)
         fsb.stop_sql_thread()
-        _updates(fsb, db, "UPDATE t SET c = %s WHERE id IN ({ids})", 400, seed=1)
+        # k changes too: the index ka is maintained, so lagd probes it.
+        _updates(fsb, db, "UPDATE t SET k = k + 1, c = %s WHERE id IN ({ids})", 200, seed=1)
+        # Two transactions around the DDL wait on row locks the test holds on the replica.
+        # Held before: the SQL thread stands just before the DDL while lagd reads past it
+        # (and meets the tables' new maps while the replica still has the old definition).
+        # Held after: the SQL thread has applied the DDL and stands still while lagd goes
+        # on probing what follows. Deterministic, whatever the machine's speed.
+        fsb.source.query(f"UPDATE u SET c = 'before' WHERE id = {LOCK_BEFORE}", db=db)
         fsb.source.query(ddl, db=db)
+        fsb.source.query(f"UPDATE u SET c = 'after' WHERE id = {LOCK_AFTER}", db=db)
         key_offset = 1_000_000 if case == "pk_change" else 0
-        _updates(fsb, db, after_sql, 3000, seed=2, key_offset=key_offset)
+        _updates(fsb, db, after_sql, 1500, seed=2, key_offset=key_offset)
         wait_received(fsb)
-        d.wait_for(lambda s: (backlog_of(s) or 0) >= 3000, timeout=20, what="the backlog seen")
+        d.wait_for(lambda s: (backlog_of(s) or 0) >= 1500, timeout=20, what="the backlog seen")
         stop = threading.Event()
         applied: dict[str, str] = {}
-        watcher = threading.Thread(target=_watch_applied, args=(fsb, db, applied_q, stop, applied), daemon=True)
+        watcher = threading.Thread(target=_watch_applied, args=(fsb, db, applied_q, stop, applied),
+                                   daemon=True)
         watcher.start()
-        t0 = time.monotonic()
-        fsb.start_sql_thread()
+        lockers = {}
+        for row in (LOCK_BEFORE, LOCK_AFTER):
+            lockers[row] = fsb.replica().connect(db, autocommit=False)
+            with lockers[row].cursor() as cur:
+                cur.execute(f"SELECT id FROM u WHERE id = {row} FOR UPDATE")
+        try:
+            t0 = time.monotonic()
+            fsb.start_sql_thread()
+            time.sleep(2.0)  # lagd reads up to its lead past the DDL
+            assert "at" not in applied, "the SQL thread passed the row lock held before the DDL"
+            lockers[LOCK_BEFORE].rollback()
+            watcher.join(30)
+            time.sleep(1.5)  # lagd probes what follows the DDL, with the DDL applied
+            print("prefetch during the hold after the DDL:",
+                  ((d.status() or {}).get("prefetch") or {}).get("counters"))
+        finally:
+            for conn in lockers.values():
+                conn.rollback()
+                conn.close()
         try:
             fsb.wait_caught_up(timeout=120)
         finally:
@@ -158,7 +188,7 @@ def test_ddl_mid_stream(fsb: Sandbox, db: str, tmp_path: Path, case: str) -> Non
     print(f"{case}: {len(probes_after)} probes after the DDL was applied, {len(bad)} against the old schema")
     errors = sorted(set(re.findall(r"\b(1176|1054|1146)\b", log + status_text)))
     check(not bad, f"{len(bad)} probe(s) after the DDL was applied still use the old schema: {bad[:2]}")
-    check(not errors, f"probe errors {errors} in lagd's log or /status after {case}")
+    check(not errors, f"errors {errors} in lagd's log or /status after {case}")
     for table in ("t2", "u") if case in ("rename_table", "drop_table") else ("t", "u"):
         check(checksum(fsb.source, f"`{db}`.{table}") == checksum(fsb.replica(), f"`{db}`.{table}"),
               f"the replica's {table} differs from the source's")

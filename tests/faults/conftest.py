@@ -32,7 +32,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if faultkit.TIMINGS:
         terminalreporter.section("fault suite: measured times")
         for fault, what, seconds in faultkit.TIMINGS:
-            shown = "not reached" if seconds is None else f"{seconds:.2f} s"
+            unit = what[what.rindex("(") + 1:-1] if what.endswith(")") else "s"
+            shown = "not reached" if seconds is None else f"{seconds:.2f} {unit}"
             terminalreporter.write_line(f"{fault}: {what} = {shown}")
 
 

@@ -51,15 +51,15 @@ GENERAL_LOG = {"general-log": "ON", "log-output": "TABLE"}
 TIMINGS: list[tuple[str, str, float | None]] = []
 
 
-def record(fault: str, what: str, seconds: float | None) -> None:
-    """Print a measured time (pytest -s, or -rA) and keep it for the summary."""
-    TIMINGS.append((fault, what, seconds))
-    shown = "not reached" if seconds is None else f"{seconds:.2f} s"
+def record(fault: str, what: str, seconds: float | None, unit: str = "s") -> None:
+    """Print a measured time (or, with ``unit``, another measure) and keep it for the summary."""
+    TIMINGS.append((fault, f"{what} ({unit})" if unit != "s" else what, seconds))
+    shown = "not reached" if seconds is None else f"{seconds:.2f} {unit}"
     print(f"FAULT-TIMING {fault}: {what} = {shown}")
     out = os.environ.get("LAGD_FAULT_TIMINGS")
     if out:
         with open(out, "a") as f:
-            f.write(json.dumps({"fault": fault, "what": what, "seconds": seconds}) + "\n")
+            f.write(json.dumps({"fault": fault, "what": what, "value": seconds, "unit": unit}) + "\n")
 
 
 def sandbox_config(**kw: Any) -> SandboxConfig:

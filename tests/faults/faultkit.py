@@ -560,3 +560,22 @@ class Checks:
 
     def done(self) -> None:
         assert not self.failed, f"{len(self.failed)} check(s) failed:\n- " + "\n- ".join(self.failed)
+
+
+READ_ONLY_RE = re.compile(r"READ\s+ONLY|\b(tx|transaction)_read_only\s*=\s*(1|ON)", re.IGNORECASE)
+TIMEOUT_RE = re.compile(r"max_statement_time|MAX_EXECUTION_TIME", re.IGNORECASE)
+
+
+def unhardened_sessions(server: Server, since: str) -> dict[int, list[str]]:
+    """lagd's sessions (by thread id) that ran queries without READ ONLY and a statement timeout."""
+    rows = server.query(
+        "SELECT thread_id, argument FROM mysql.general_log WHERE user_host LIKE %s "
+        "AND command_type IN ('Query', 'Prepare', 'Execute') AND event_time >= %s ORDER BY event_time",
+        (f"{LAGD_USER}[%", since))
+    by_thread: dict[int, list[str]] = {}
+    for r in rows:
+        arg = r["argument"]
+        arg = arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
+        by_thread.setdefault(int(r["thread_id"]), []).append(arg)
+    return {t: stmts for t, stmts in by_thread.items()
+            if not (any(READ_ONLY_RE.search(s) for s in stmts) and any(TIMEOUT_RE.search(s) for s in stmts))}

@@ -29,6 +29,7 @@ from tests.faults.faultkit import (
     record,
     replica_now,
     state_of,
+    unhardened_sessions,
     wait_idle,
     wait_received,
 )
@@ -342,4 +343,39 @@ def test_lagctl_json_when_the_replica_is_down(fsb: Sandbox, tmp_path: Path) -> N
               "no status_error")
         check(log_lines(d.log(), r"(2003|can't connect|connection refused|unreachable)"),
               "no log line names the unreachable replica")
+    check.done()
+
+
+def test_every_session_is_read_only_with_a_timeout(fsb: Sandbox, tmp_path: Path, db: str) -> None:
+    """Monitor, heartbeat, advisor, schema and probe sessions alike (from the replica's general log)."""
+    check = Checks()
+    heartbeat_table(fsb)
+    fsb.source.query("CREATE TABLE k (id INT PRIMARY KEY, v INT, pad CHAR(100))", db=db)
+    fsb.source.query("INSERT INTO k SELECT seq, 0, 'x' FROM seq_1_to_10000", db=db)
+    fsb.wait_caught_up(timeout=60)
+    since = replica_now(fsb.replica())
+    try:
+        with lagd_running(fsb, tmp_path, extra=f'heartbeat_table = "{HB_TABLE}"') as d:
+            wait_idle(d)
+            fsb.stop_sql_thread()
+            conn = fsb.source.connect(db)
+            with conn.cursor() as cur:
+                for i in range(1500):
+                    cur.execute("UPDATE k SET v = v + 1 WHERE id = %s", ((i * 7919) % 10000 + 1,))
+            conn.close()
+            wait_received(fsb)
+            fsb.start_sql_thread()
+            fsb.wait_caught_up(timeout=60)
+            wait_idle(d)
+            time.sleep(1.0)
+        bad = unhardened_sessions(fsb.replica(), since)
+        print(f"sessions without READ ONLY and a statement timeout: {len(bad)}")
+        for thread, stmts in list(bad.items())[:6]:
+            print(f"  thread {thread}: {[s[:70] for s in stmts[:4]]}")
+        check(not bad, f"{len(bad)} lagd session(s) ran queries without READ ONLY and a statement timeout, "
+                       f"first statements: {[v[0][:60] for v in list(bad.values())[:4]]}")
+        assert_nothing_written(fsb.replica(), since)
+    finally:
+        fsb.source.query("DROP DATABASE IF EXISTS lagd_hb")
+        fsb.wait_caught_up(timeout=60)
     check.done()

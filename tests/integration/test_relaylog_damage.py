@@ -90,21 +90,27 @@ def _wait_received(sb: Sandbox) -> None:
     raise AssertionError("the replica did not receive the workload in time")
 
 
+def _recorded(into: Path, **options: str) -> list[Path]:
+    # A pair of its own: the session's shared replica holds every earlier
+    # test's relay log, and the biggest of those files would make each case
+    # decode hundreds of MB.
+    pair = Sandbox(SandboxConfig(
+        replicas=1, source_buffer_pool_mb=32, replica_buffer_pool_mb=32,
+        source_extra_options=dict(options), replica_extra_options=dict(options),
+    ))
+    pair.start()
+    try:
+        return record(pair, into)
+    finally:
+        pair.stop()
+
+
 @pytest.fixture(scope="module")
-def logs(sandbox: Sandbox, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[Path]]]:
+def logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[Path]]]:
     """Relay logs of the same workload from a CRC32 and a NONE replication pair."""
     root = tmp_path_factory.mktemp("relaylogs")
-    crc = record(sandbox, root / "crc32")
-    none_pair = Sandbox(SandboxConfig(
-        replicas=1, source_buffer_pool_mb=32, replica_buffer_pool_mb=32,
-        source_extra_options={"binlog-checksum": "NONE"},
-        replica_extra_options={"binlog-checksum": "NONE"},
-    ))
-    none_pair.start()
-    try:
-        none = record(none_pair, root / "none")
-    finally:
-        none_pair.stop()
+    crc = _recorded(root / "crc32", **{"binlog-checksum": "CRC32"})
+    none = _recorded(root / "none", **{"binlog-checksum": "NONE"})
     yield {"crc32": crc, "none": none}
 
 

@@ -206,7 +206,14 @@ def test_stale_and_last_success_stay_for_every_method_while_lag_is_unknown() -> 
     [
         ({"upcoming": []}, "lagd_upcoming_transaction_bytes", 0.0),  # known: nothing big is coming
         ({"upcoming": []}, "lagd_upcoming_transactions", 0.0),
-        ({"upcoming": [{"bytes": 5}]}, "lagd_upcoming_transaction_stall_seconds", 0.0),
+        ({"upcoming": []}, "lagd_upcoming_transaction_stall_seconds", 0.0),  # nothing coming
+        # An unknown estimate is absent, not 0 (an alert on > 300 must not be fooled).
+        ({"upcoming": [{"bytes": 5}]}, "lagd_upcoming_transaction_stall_seconds", ABSENT),
+        ({"upcoming": [{"estimated_seconds": 900.0}, {"estimated_seconds": None}]},
+         "lagd_upcoming_transaction_stall_seconds", ABSENT),
+        # Being applied: what remains of it, not the whole estimate.
+        ({"upcoming": [{"estimated_seconds": 900.0, "remaining_seconds": 120.0},
+                       {"estimated_seconds": 60.0}]}, "lagd_upcoming_transaction_stall_seconds", 120.0),
         ({"advice": []}, "lagd_upcoming_transaction_bytes", ABSENT),  # not reported: not known
         ({}, "lagd_large_transactions_seen_total", ABSENT),
         (full_advisor(), "lagd_upcoming_transactions", 2.0),

@@ -345,6 +345,19 @@ def _biggest(upcoming: Iterable[Any], key: str) -> float:
     return max(values, default=0.0)
 
 
+def _longest_stall(upcoming: Iterable[Any]) -> float | None:
+    """The longest remaining stall; None (unknown) when any big transaction's is unknown."""
+    longest = 0.0
+    for u in upcoming:
+        if not isinstance(u, Mapping):
+            continue
+        v = _num(u.get("remaining_seconds", u.get("estimated_seconds")))
+        if v is None:
+            return None
+        longest = max(longest, v)
+    return longest
+
+
 def _rank(fired: bool, severity: str) -> tuple[bool, int]:
     return fired, -_SEVERITY_RANK.get(severity, len(_SEVERITY_RANK))
 
@@ -361,12 +374,16 @@ def advisor_metrics(s: Snapshot) -> Iterator[Metric]:
              "Size of the largest big transaction received but not applied; 0 when none."),
             ("lagd_upcoming_transaction_rows", "rows",
              "Row changes of the largest big transaction received but not applied; 0 when none."),
-            ("lagd_upcoming_transaction_stall_seconds", "estimated_seconds",
-             "Estimated seconds the SQL thread will spend on the longest coming big transaction."),
         ):
             g = _gauge(name, doc, ["channel"])
             g.add_metric([ch], _biggest(upcoming, key))
             yield g
+        stall = _gauge("lagd_upcoming_transaction_stall_seconds",
+                       "Estimated seconds the SQL thread will still spend on the longest big transaction "
+                       "received but not applied (shrinks while it applies); 0 when none; absent while "
+                       "one's estimate is unknown.", ["channel"])
+        _add(stall, [ch], _longest_stall(upcoming))
+        yield from _nonempty((stall,))
         n = _gauge("lagd_upcoming_transactions", "Big transactions received but not applied.", ["channel"])
         n.add_metric([ch], float(len(upcoming)))
         yield n

@@ -418,7 +418,7 @@ class LagTracker:
     def __init__(
         self,
         *,
-        stale_after: float = 30.0,
+        stale_after: float = 10.0,  # as lag.stale_after in defaults.toml
         rate_time_constant: float = RATE_TIME_CONSTANT,
         offset_window: float = 600.0,
         max_gap: float = 5.0,

@@ -1,40 +1,59 @@
-"""The demo: lagd at work on a lagging, I/O-bound MariaDB replica.
+"""The demo: the same catch-up of an I/O-bound MariaDB replica, without and with lagd's prefetch.
 
-It starts a private MariaDB source and replica (the sandbox) whose replica
-has a 64 MB buffer pool with O_DIRECT and a table several times that size,
-puts a write load of random primary-key UPDATEs on the source, and stalls
-the replica's SQL thread for a while out of every cycle, as a big
-transaction or a restart would: the replica falls behind, then catches up.
-It runs the real daemon (`lagd run`) against the replica and `lagctl status
---watch` on top, so you see lag by every method, backlog, apply speed, the
-catch-up ETA and the prefetcher's lead while it happens. Ctrl-C (or
---seconds) stops everything; no server or daemon outlives it.
+It starts a private MariaDB source and replica (the sandbox); the replica
+has a small buffer pool with O_DIRECT and a table several times its size, so
+every UPDATE it applies waits on a random read. A heartbeat is written on
+the source every half second. Then, twice (prefetch off, then on):
 
-    scripts/demo [--seconds N] [--rate TRX_PER_S] [--stall S] [--period S] [--rows N]
+1. the replica restarts cold (empty buffer pool) with its SQL thread stopped;
+2. the source writes random primary-key UPDATEs for ``--backlog`` seconds:
+   they pile up in the replica's relay log;
+3. the real daemon (``lagd run``) starts on the replica and the SQL thread
+   too, while the source keeps writing at the same rate; every ``--refresh``
+   seconds one line shows what lagd reports (state, heartbeat lag, backlog,
+   apply speed, ETA, prefetch lead and its verdict), until the replica has
+   caught up (its heartbeat row is fresh) or ``--limit`` seconds passed.
+
+The same seed makes the same UPDATEs both times. At the end: each catch-up's
+measured time, the speed-up, and how close lagd's ETA was to the real
+remaining time. Ctrl-C stops everything; no server or daemon outlives it.
+
+    scripts/demo [--rows N] [--rate UPDATES_PER_S] [--backlog S] [--refresh S] [--limit S]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lagd.errors import LagdError
+from lagd.heartbeat import read_heartbeat
+from lagd.heartbeat.writer import HeartbeatWriter
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from lagd.sandbox.server import free_port
 
 SCHEMA = "demo"
+HEARTBEAT = "demo.heartbeat"
 TABLE_DDL = """CREATE TABLE sbtest1 (id INT NOT NULL, k INT NOT NULL DEFAULT 0,
   c CHAR(120) NOT NULL DEFAULT '', pad CHAR(60) NOT NULL DEFAULT '',
   PRIMARY KEY (id), KEY k_1 (k))"""
+CAUGHT_UP = 1.5  # seconds of heartbeat age on the replica that count as caught up (beats every 0.5 s)
 
 
 class Load(threading.Thread):
@@ -70,26 +89,6 @@ class Load(threading.Thread):
             self.error = e
 
 
-class Stalls(threading.Thread):
-    """Stops the replica's SQL thread for ``stall`` seconds of every ``period``."""
-
-    def __init__(self, sandbox: Sandbox, stall: float, period: float) -> None:
-        super().__init__(name="demo-stalls", daemon=True)
-        self.sandbox, self.stall, self.period = sandbox, stall, period
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(self.period - self.stall):
-            self.sandbox.stop_sql_thread()
-            if self.stop.wait(self.stall):
-                break
-            self.sandbox.start_sql_thread()
-        try:
-            self.sandbox.start_sql_thread()
-        except Exception:  # the servers may already be stopping
-            return
-
-
 def _load_table(server: Any, rows: int) -> None:
     """The same rows on source and replica, without replicating them (much faster)."""
     conn = server.connect(SCHEMA)
@@ -114,13 +113,14 @@ def _seed(sb: Sandbox, rows: int) -> None:
         t.start()
     for t in loaders:
         t.join()
-    # A cold replica: restart it so its buffer pool starts empty.
-    sb.restart_server(sb.replica().name)
 
 
-def _config(sb: Sandbox, http_port: int, workdir: Path) -> Path:
+def _config(sb: Sandbox, http_port: int, workdir: Path, prefetch: bool) -> Path:
     rep = sb.replica()
-    path = workdir / "lagd.toml"
+    path = workdir / f"lagd-{'prefetch' if prefetch else 'plain'}.toml"
+    # Not adaptive: the run with prefetch keeps it on all along, so the two
+    # catch-ups compare "off" with "on" (adaptive lagd pauses it now and then
+    # to measure what it gains).
     path.write_text(f"""# written by the lagd demo
 [replica]
 host = "127.0.0.1"
@@ -128,11 +128,16 @@ port = {rep.port}
 user = "{rep.dsn.user}"
 password_env = "LAGD_DEMO_PASSWORD"
 
+[lag]
+poll_interval = 0.5
+heartbeat_table = "{HEARTBEAT}"
+
 [http]
 listen = "127.0.0.1:{http_port}"
 
 [prefetch]
-evaluate_window_seconds = 5.0
+enabled = {str(prefetch).lower()}
+adaptive = false
 
 [advisor]
 lag_budget_seconds = 10.0
@@ -151,82 +156,247 @@ def _terminate(proc: subprocess.Popen[bytes] | None, timeout: float = 6.0) -> in
         return proc.wait()
 
 
+def _status(url: str) -> Mapping[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"{url}/status", timeout=2) as r:  # noqa: S310 - our own http://
+            got = json.loads(r.read().decode())
+    except (OSError, urllib.error.URLError, ValueError):
+        return None
+    return got if isinstance(got, Mapping) else None
+
+
+def _map(x: Any) -> Mapping[str, Any]:
+    return x if isinstance(x, Mapping) else {}
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, int | float | str):
+        return None
+    try:
+        v = float(x)  # /status writes infinity as a string
+    except ValueError:
+        return None
+    return None if math.isnan(v) else v
+
+
+def _secs(x: float | None) -> str:
+    if x is None:
+        return "unknown"
+    if math.isinf(x):
+        return "never"
+    return f"{x:.1f} s" if x < 100 else f"{x:,.0f} s"
+
+
+@dataclass
+class Reading:
+    """One line of the screen: what lagd said at ``t`` seconds into the catch-up."""
+
+    t: float
+    state: str
+    lag: float | None
+    lag_method: str | None
+    backlog: int | None
+    speed: float | None
+    trx_per_s: float | None
+    eta: float | None
+    prefetch: str
+
+    def line(self) -> str:
+        lag = f"{_secs(self.lag)} ({self.lag_method})" if self.lag is not None else "unknown"
+        backlog = f"{self.backlog:,}" if self.backlog is not None else "unknown"
+        speed = f"{self.speed:.2f}x" if self.speed is not None else "-"
+        rate = f"{self.trx_per_s:,.0f}" if self.trx_per_s is not None else "-"
+        return (f"  {self.t:5.1f} s  {self.state:<10} {lag:<22} {backlog:>8}  {speed:>6} {rate:>6}  "
+                f"{_secs(self.eta):>9}  {self.prefetch}")
+
+
+HEADER = (f"  {'time':>7}  {'state':<10} {'lag':<22} {'backlog':>8}  {'speed':>6} {'trx/s':>6}  "
+          f"{'ETA':>9}  prefetch")
+
+
+def reading(t: float, status: Mapping[str, Any]) -> Reading:
+    lag = _map(status.get("lag"))
+    rates = _map(lag.get("rates"))
+    p = status.get("prefetch")
+    if isinstance(p, Mapping):
+        benefit = _num(p.get("benefit"))
+        counters = _map(p.get("counters"))
+        in_time, late = _num(counters.get("in_time")) or 0, _num(counters.get("late")) or 0
+        share = f", {in_time / (in_time + late):.0%} in time" if in_time + late else ""
+        gain = f", measured x{benefit:.2f}" if benefit is not None else ""
+        prefetch = (f"{p.get('state')}: lead {int(_num(p.get('lead_transactions')) or 0):,} trx"
+                    f"{share}{gain}")
+    else:
+        prefetch = f"off: {status.get('prefetch_off_reason') or 'not running'}"
+    backlog = _map(lag.get("backlog"))
+    trx = _num(backlog.get("transactions"))
+    return Reading(t, str(lag.get("state") or "unknown"), _num(lag.get("lag")),
+                   str(lag.get("lag_method")) if lag.get("lag_method") else None,
+                   int(trx) if trx is not None else None, _num(rates.get("speed")),
+                   _num(rates.get("transactions_per_second")), _num(lag.get("eta")), prefetch)
+
+
+@dataclass
+class CatchUp:
+    name: str
+    seconds: float | None = None  # measured: SQL thread started -> heartbeat fresh on the replica
+    backlog: int = 0  # UPDATEs waiting when the SQL thread started
+    readings: list[Reading] = field(default_factory=list)
+    exit_code: int | None = None
+
+    def eta_errors(self, after: float = 3.0) -> list[float]:
+        """|ETA - actual remaining| / actual remaining, for readings after the first seconds."""
+        if self.seconds is None:
+            return []
+        out = []
+        for r in self.readings:
+            left = self.seconds - r.t
+            if r.t >= after and left > 1.0 and r.eta is not None and math.isfinite(r.eta):
+                out.append(abs(r.eta - left) / left)
+        return out
+
+
+def _heartbeat_age(sb: Sandbox) -> float | None:
+    conn = sb.replica().connect()
+    try:
+        row = read_heartbeat(conn, HEARTBEAT, None)
+    except LagdError:
+        return None  # the table has not reached the replica yet
+    finally:
+        conn.close()
+    return None if row is None else time.time() - row.ts
+
+
+def catch_up(sb: Sandbox, args: argparse.Namespace, tmp: Path, prefetch: bool, bindir: Path) -> CatchUp:
+    name = "with prefetch" if prefetch else "without prefetch"
+    result = CatchUp(name)
+    print(f"\n== catch-up {name}: the replica restarts cold, the source writes "
+          f"{args.rate:g} UPDATEs/s for {args.backlog:g} s while the SQL thread is stopped ...", flush=True)
+    sb.stop_slave()
+    sb.restart_server(sb.replica().name, start_slave=False)
+    sb.start_io_thread()
+    load = Load(sb, args.rate, args.rows, seed=7)
+    load.start()
+    daemon: subprocess.Popen[bytes] | None = None
+    try:
+        if load.stop.wait(args.backlog) or load.error is not None:
+            raise LagdError(f"the demo's write load failed: {load.error}")
+        result.backlog = load.done
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        env = dict(os.environ, LAGD_DEMO_PASSWORD=sb.replica().dsn.password)
+        lagd = [str(bindir / "lagd")] if (bindir / "lagd").exists() else [sys.executable, "-m", "lagd.daemon"]
+        log = tmp / f"lagd-{'prefetch' if prefetch else 'plain'}.log"
+        daemon = subprocess.Popen([*lagd, "run", "--config", str(_config(sb, port, tmp, prefetch))], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=log.open("wb"))
+        deadline = time.monotonic() + 30
+        while _status(url) is None:
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise LagdError(f"the daemon did not start:\n{log.read_text(errors='replace')[-1500:]}")
+            time.sleep(0.2)
+        time.sleep(1.0)  # a poll or two: lagd has seen the backlog before the SQL thread starts
+        mode = "prefetch on" if prefetch else "prefetch off"
+        print(f"   {load.done:,} UPDATEs wait in the relay log; lagd runs ({mode}, heartbeat {HEARTBEAT}); "
+              "SQL thread started, the source keeps writing:", flush=True)
+        print(HEADER, flush=True)
+        sb.start_sql_thread()
+        began = time.monotonic()
+        next_line = began
+        while True:
+            now = time.monotonic()
+            if load.error is not None:
+                raise LagdError(f"the demo's write load failed: {load.error}")
+            if daemon.poll() is not None:
+                raise LagdError(f"the daemon exited with {daemon.returncode}:\n"
+                                f"{log.read_text(errors='replace')[-1500:]}")
+            age = _heartbeat_age(sb)
+            if age is not None and age <= CAUGHT_UP and now - began > 1.0:
+                result.seconds = now - began
+                break
+            if now - began > args.limit:
+                break
+            if now >= next_line:
+                status = _status(url)
+                if status is not None:
+                    r = reading(now - began, status)
+                    result.readings.append(r)
+                    print(r.line(), flush=True)
+                next_line += args.refresh
+            time.sleep(0.1)
+        if result.seconds is not None:
+            print(f"   caught up after {result.seconds:.1f} s (the replica's heartbeat row is "
+                  f"{CAUGHT_UP:g} s old or less)", flush=True)
+        else:
+            print(f"   not caught up after {args.limit:g} s (--limit); stopping this run", flush=True)
+    finally:
+        load.stop.set()
+        load.join(timeout=10)
+        result.exit_code = _terminate(daemon)
+    return result
+
+
+def summary(runs: list[CatchUp], args: argparse.Namespace) -> list[str]:
+    out = ["", f"== summary: the same {args.backlog:g} s backlog of random UPDATEs "
+               f"({args.rate:g}/s, the source writing on through the catch-up), cold 64 MB buffer pool"]
+    for r in runs:
+        took = f"{r.seconds:.1f} s" if r.seconds is not None else f"more than {args.limit:g} s"
+        errors = r.eta_errors()
+        within = sum(1 for e in errors if e <= 0.25)
+        eta = (f"; ETA within 25% of the real remaining time in {within} of {len(errors)} readings "
+               f"after the first 3 s (median error {statistics.median(errors):.0%})" if errors else "")
+        out.append(f"   {r.name + ':':<18} caught up in {took}{eta}; lagd exited with {r.exit_code}")
+    plain, pre = runs[0].seconds if runs else None, runs[-1].seconds if len(runs) > 1 else None
+    if plain is not None and pre is not None and pre > 0:
+        out.append(f"   speed-up with prefetch: x{plain / pre:.2f}")
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     cfg = SandboxConfig(replicas=1, o_direct=True, replica_buffer_pool_mb=64, source_buffer_pool_mb=512)
     print("lagd demo: starting a private MariaDB source and replica ...", flush=True)
-    daemon: subprocess.Popen[bytes] | None = None
-    watcher: subprocess.Popen[bytes] | None = None
+    bindir = Path(sys.executable).parent
+    runs: list[CatchUp] = []
     with Sandbox(cfg) as sb, tempfile.TemporaryDirectory(prefix="lagd-demo-") as tmp:
-        print(f"  source 127.0.0.1:{sb.source.port}, replica 127.0.0.1:{sb.replica().port} "
+        print(f"   source 127.0.0.1:{sb.source.port}, replica 127.0.0.1:{sb.replica().port} "
               f"(64 MB buffer pool, O_DIRECT)")
         size_mb = args.rows * 230 / 2**20
-        print(f"  loading {args.rows:,} rows on both (about {size_mb:.0f} MB) ...", flush=True)
+        print(f"   loading {args.rows:,} rows on both (about {size_mb:.0f} MB) ...", flush=True)
         _seed(sb, args.rows)
-        port = free_port()
-        config = _config(sb, port, Path(tmp))
-        env = dict(os.environ, LAGD_DEMO_PASSWORD=sb.replica().dsn.password)
-        bindir = Path(sys.executable).parent
-        # The console scripts next to this interpreter; the modules if they are not installed.
-        lagd = [str(bindir / "lagd")] if (bindir / "lagd").exists() else [sys.executable, "-m", "lagd.daemon"]
-        lagctl = ([str(bindir / "lagctl")] if (bindir / "lagctl").exists()
-                  else [sys.executable, "-m", "lagd.cli.main"])
-        print(f"  starting the daemon: lagd run --config {config}", flush=True)
-        daemon = subprocess.Popen([*lagd, "run", "--config", str(config)], env=env,
-                                  stderr=open(Path(tmp) / "lagd.log", "wb"))  # noqa: SIM115
-        load = Load(sb, args.rate, args.rows)
-        stalls = Stalls(sb, args.stall, args.period)
-        load.start()
-        stalls.start()
-        print(f"  load: {args.rate:g} UPDATEs/s on random rows; the SQL thread stalls {args.stall:g} s of "
-              f"every {args.period:g} s. Ctrl-C stops.\n", flush=True)
-        time.sleep(2.0)
-        url = f"http://127.0.0.1:{port}"
-        watcher = subprocess.Popen([*lagctl, "status", "--url", url, "--watch", str(args.refresh)], env=env)
-        began = time.monotonic()
+        stop_beats = threading.Event()
+        writer = HeartbeatWriter(sb.source.connect, HEARTBEAT, interval=0.5, create_table=True)
+        beats = threading.Thread(target=writer.run, args=(stop_beats,), name="demo-heartbeat", daemon=True)
+        beats.start()
+        deadline = time.monotonic() + 60
+        while _heartbeat_age(sb) is None:  # the table and a first row have reached the replica
+            if time.monotonic() > deadline:
+                raise LagdError("the heartbeat row did not reach the replica in 60 s")
+            time.sleep(0.2)
         try:
-            while args.seconds <= 0 or time.monotonic() - began < args.seconds:
-                if load.error is not None:
-                    raise LagdError(f"the demo's write load failed: {load.error}")
-                if daemon.poll() is not None:
-                    log = (Path(tmp) / "lagd.log").read_text(errors="replace")[-2000:]
-                    raise LagdError(f"the daemon exited with {daemon.returncode}:\n{log}")
-                if watcher.poll() is not None:
-                    break
-                time.sleep(0.5)
+            for prefetch in (False, True):
+                runs.append(catch_up(sb, args, Path(tmp), prefetch, bindir))
         except KeyboardInterrupt:
-            print("\nstopping ...", flush=True)
+            print("\n   stopping ...", flush=True)
         finally:
-            _terminate(watcher)
-            load.stop.set()
-            stalls.stop.set()
-            load.join(timeout=10)
-            stalls.join(timeout=10)
-            code = _terminate(daemon)
-            print(f"\ndone: {load.done} UPDATEs written; lagd exited with {code}; "
-                  f"its log: {tail_log(Path(tmp) / 'lagd.log')}", flush=True)
-    print("servers stopped.", flush=True)
+            stop_beats.set()
+            beats.join(timeout=5)
+            writer.close()
+        for line in summary(runs, args):
+            print(line, flush=True)
+    print("\nlagd demo: done; the servers are stopped and nothing is left running.", flush=True)
     return 0
-
-
-def tail_log(path: Path, lines: int = 3) -> str:
-    try:
-        text = path.read_text(errors="replace").strip().splitlines()
-    except OSError:
-        return "(none)"
-    return " | ".join(text[-lines:]) if text else "(empty)"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=0, help="stop after this long (default: Ctrl-C)")
-    ap.add_argument("--rate", type=float, default=1500, help="source UPDATEs per second")
-    ap.add_argument("--stall", type=float, default=12, help="seconds the SQL thread is stopped per cycle")
-    ap.add_argument("--period", type=float, default=40, help="length of a cycle in seconds")
-    ap.add_argument("--rows", type=int, default=2_000_000, help="rows in the demo table")
-    ap.add_argument("--refresh", type=float, default=2.0, help="seconds between status screens")
+    ap.add_argument("--rows", type=int, default=1_000_000, help="rows in the demo table (default 1,000,000)")
+    ap.add_argument("--rate", type=float, default=300, help="source UPDATEs per second (default 300)")
+    ap.add_argument("--backlog", type=float, default=30, help="seconds of writes the SQL thread waits out "
+                    "before each catch-up (default 30)")
+    ap.add_argument("--refresh", type=float, default=2.0, help="seconds between screen lines (default 2)")
+    ap.add_argument("--limit", type=float, default=240, help="longest a catch-up may take (default 240 s)")
     args = ap.parse_args(argv)
-    if not 0 <= args.stall < args.period or args.rate <= 0 or args.rows < 1000:
-        ap.error("need 0 <= --stall < --period, --rate > 0 and --rows >= 1000")
+    if args.rate <= 0 or args.rows < 1000 or args.backlog <= 0 or args.refresh <= 0 or args.limit <= 0:
+        ap.error("need --rate, --backlog, --refresh and --limit > 0 and --rows >= 1000")
     try:
         return run(args)
     except LagdError as e:

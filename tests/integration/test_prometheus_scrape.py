@@ -96,7 +96,7 @@ def prometheus_binary() -> str:
 
 
 def lagd_config(port: int, listen: int, *, prefetch: bool = False, advisor: bool = False,
-                heartbeat: str = "") -> str:
+                heartbeat: str = "", big_rows: int = 50_000) -> str:
     return f"""
 [replica]
 host = "127.0.0.1"
@@ -116,6 +116,7 @@ enabled = {str(prefetch).lower()}
 
 [advisor]
 enabled = {str(advisor).lower()}
+big_transaction_rows = {big_rows}
 
 [http]
 listen = "127.0.0.1:{listen}"

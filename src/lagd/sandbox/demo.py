@@ -1,24 +1,29 @@
-"""The demo: the same catch-up of an I/O-bound MariaDB replica, without and with lagd's prefetch.
+"""The demo: one catch-up of an I/O-bound MariaDB replica, without and with lagd's prefetch, side by side.
 
-It starts a private MariaDB source and replica (the sandbox); the replica
-has a small buffer pool with O_DIRECT and a table several times its size, so
-every UPDATE it applies waits on a random read. A heartbeat is written on
-the source every half second. Then, twice (prefetch off, then on):
+It starts a private MariaDB source and two replicas (the sandbox); each
+replica has a small buffer pool with O_DIRECT and a table several times its
+size, so every row it updates may wait on a random read. A heartbeat is
+written on the source every half second. Then:
 
-1. the replica restarts cold (empty buffer pool) with its SQL thread stopped;
-2. the source writes random primary-key UPDATEs for ``--backlog`` seconds:
-   they pile up in the replica's relay log;
-3. the real daemon (``lagd run``) starts on the replica and the SQL thread
-   too, while the source keeps writing at the same rate; every ``--refresh``
-   seconds one line shows what lagd reports (state, heartbeat lag, backlog,
-   apply speed, ETA, prefetch lead and its verdict), until the replica has
-   caught up (its heartbeat row is fresh) or ``--limit`` seconds passed.
+1. both replicas restart cold (empty buffer pools) with their SQL threads
+   stopped;
+2. the source writes transactions of ``--batch`` random primary-key row
+   UPDATEs for ``--backlog`` seconds: they pile up in both relay logs;
+3. a ``lagd run`` starts on each replica (replica 1's prefetches, replica
+   0's does not), then both SQL threads, while the source keeps writing at
+   the same rate; every ``--refresh`` seconds one line per replica shows
+   what its lagd reports (state, heartbeat lag, backlog, apply speed, ETA,
+   prefetch lead and its verdict), until both have caught up (their
+   heartbeat rows are fresh) or ``--limit`` seconds passed.
 
-The same seed makes the same UPDATEs both times. At the end: each catch-up's
-measured time, the speed-up, and how close lagd's ETA was to the real
-remaining time. Ctrl-C stops everything; no server or daemon outlives it.
+Side by side rather than one after the other: a second catch-up on the
+same data finds the pages the first one read in caches below InnoDB (the
+host's, on a virtual machine), which would flatter whichever runs second.
+At the end: each catch-up's measured time, the speed-up, and how close
+lagd's ETA was to the real remaining time. Ctrl-C stops everything; no
+server or daemon outlives it.
 
-    scripts/demo [--rows N] [--rate UPDATES_PER_S] [--backlog S] [--refresh S] [--limit S]
+    scripts/demo [--rows N] [--rate TRX_PER_S] [--batch ROWS] [--backlog S] [--refresh S] [--limit S]
 """
 
 from __future__ import annotations
@@ -57,11 +62,12 @@ CAUGHT_UP = 1.5  # seconds of heartbeat age on the replica that count as caught 
 
 
 class Load(threading.Thread):
-    """Random primary-key UPDATEs on the source at about ``rate`` per second."""
+    """Transactions of ``batch`` random primary-key row UPDATEs on the source,
+    about ``rate`` transactions per second."""
 
-    def __init__(self, sandbox: Sandbox, rate: float, rows: int, seed: int = 1) -> None:
+    def __init__(self, sandbox: Sandbox, rate: float, rows: int, seed: int = 1, batch: int = 1) -> None:
         super().__init__(name="demo-load", daemon=True)
-        self.sandbox, self.rate, self.rows = sandbox, rate, rows
+        self.sandbox, self.rate, self.rows, self.batch = sandbox, rate, rows, batch
         self.rng = random.Random(seed)  # noqa: S311 - a reproducible load, not secrets
         self.stop = threading.Event()
         self.done = 0
@@ -74,8 +80,9 @@ class Load(threading.Thread):
                 next_at = time.monotonic()
                 with conn.cursor() as cur:
                     while not self.stop.is_set():
-                        cur.execute("UPDATE sbtest1 SET c = %s WHERE id = %s",
-                                    (f"c-{self.rng.random():.9f}", self.rng.randint(1, self.rows)))
+                        ids = [self.rng.randint(1, self.rows) for _ in range(self.batch)]
+                        cur.execute(f"UPDATE sbtest1 SET c = %s WHERE id IN ({', '.join(['%s'] * len(ids))})",
+                                    (f"c-{self.rng.random():.9f}", *ids))
                         self.done += 1
                         next_at += 1.0 / self.rate
                         delay = next_at - time.monotonic()
@@ -108,16 +115,16 @@ def _seed(sb: Sandbox, rows: int) -> None:
     sb.source.query(f"CREATE DATABASE {SCHEMA}")
     sb.source.query(TABLE_DDL, db=SCHEMA)
     sb.wait_caught_up(timeout=60)
-    loaders = [threading.Thread(target=_load_table, args=(s, rows)) for s in (sb.source, sb.replica())]
+    loaders = [threading.Thread(target=_load_table, args=(s, rows)) for s in sb.servers]
     for t in loaders:
         t.start()
     for t in loaders:
         t.join()
 
 
-def _config(sb: Sandbox, http_port: int, workdir: Path, prefetch: bool) -> Path:
-    rep = sb.replica()
-    path = workdir / f"lagd-{'prefetch' if prefetch else 'plain'}.toml"
+def _config(sb: Sandbox, replica: int, http_port: int, workdir: Path, prefetch: bool) -> Path:
+    rep = sb.replica(replica)
+    path = workdir / f"lagd-{replica}.toml"
     # Not adaptive: the run with prefetch keeps it on all along, so the two
     # catch-ups compare "off" with "on" (adaptive lagd pauses it now and then
     # to measure what it gains).
@@ -201,16 +208,16 @@ class Reading:
     eta: float | None
     prefetch: str
 
-    def line(self) -> str:
+    def line(self, replica: int) -> str:
         lag = f"{_secs(self.lag)} ({self.lag_method})" if self.lag is not None else "unknown"
         backlog = f"{self.backlog:,}" if self.backlog is not None else "unknown"
         speed = f"{self.speed:.2f}x" if self.speed is not None else "-"
         rate = f"{self.trx_per_s:,.0f}" if self.trx_per_s is not None else "-"
-        return (f"  {self.t:5.1f} s  {self.state:<10} {lag:<22} {backlog:>8}  {speed:>6} {rate:>6}  "
-                f"{_secs(self.eta):>9}  {self.prefetch}")
+        return (f"  {self.t:5.1f} s  {replica}  {self.state:<10} {lag:<22} {backlog:>8}  {speed:>6} "
+                f"{rate:>6}  {_secs(self.eta):>9}  {self.prefetch}")
 
 
-HEADER = (f"  {'time':>7}  {'state':<10} {'lag':<22} {'backlog':>8}  {'speed':>6} {'trx/s':>6}  "
+HEADER = (f"  {'time':>7}  r  {'state':<10} {'lag':<22} {'backlog':>8}  {'speed':>6} {'trx/s':>6}  "
           f"{'ETA':>9}  prefetch")
 
 
@@ -256,8 +263,8 @@ class CatchUp:
         return out
 
 
-def _heartbeat_age(sb: Sandbox) -> float | None:
-    conn = sb.replica().connect()
+def _heartbeat_age(sb: Sandbox, replica: int) -> float | None:
+    conn = sb.replica(replica).connect()
     try:
         row = read_heartbeat(conn, HEARTBEAT, None)
     except LagdError:
@@ -267,77 +274,104 @@ def _heartbeat_age(sb: Sandbox) -> float | None:
     return None if row is None else time.time() - row.ts
 
 
-def catch_up(sb: Sandbox, args: argparse.Namespace, tmp: Path, prefetch: bool, bindir: Path) -> CatchUp:
-    name = "with prefetch" if prefetch else "without prefetch"
-    result = CatchUp(name)
-    print(f"\n== catch-up {name}: the replica restarts cold, the source writes "
-          f"{args.rate:g} UPDATEs/s for {args.backlog:g} s while the SQL thread is stopped ...", flush=True)
-    sb.stop_slave()
-    sb.restart_server(sb.replica().name, start_slave=False)
-    sb.start_io_thread()
-    load = Load(sb, args.rate, args.rows, seed=7)
+class Daemon:
+    """``lagd run`` on one replica, its log in ``tmp``."""
+
+    def __init__(self, sb: Sandbox, replica: int, prefetch: bool, tmp: Path, bindir: Path) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = tmp / f"lagd-{replica}.log"
+        env = dict(os.environ, LAGD_DEMO_PASSWORD=sb.replica(replica).dsn.password)
+        lagd = [str(bindir / "lagd")] if (bindir / "lagd").exists() else [sys.executable, "-m", "lagd.daemon"]
+        config = _config(sb, replica, port, tmp, prefetch)
+        with self.log.open("wb") as err:
+            self.proc = subprocess.Popen([*lagd, "run", "--config", str(config)], env=env,
+                                         stdout=subprocess.DEVNULL, stderr=err)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while _status(self.url) is None:
+            self.check()
+            if time.monotonic() > deadline:
+                raise LagdError(f"the daemon did not answer in {timeout:g} s:\n{self.tail()}")
+            time.sleep(0.2)
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise LagdError(f"the daemon exited with {self.proc.returncode}:\n{self.tail()}")
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-1500:]
+
+    def stop(self) -> int | None:
+        return _terminate(self.proc)
+
+
+def race(sb: Sandbox, args: argparse.Namespace, tmp: Path, bindir: Path) -> list[CatchUp]:
+    """Both replicas restart cold and wait out the same backlog, then catch up
+    at the same time: replica 1 with lagd prefetching, replica 0 without."""
+    runs = [CatchUp("without prefetch"), CatchUp("with prefetch")]
+    print(f"\n== both replicas restart cold (empty buffer pools); the source writes {args.rate:g} "
+          f"transactions/s of {args.batch} random-row UPDATEs for {args.backlog:g} s while their SQL "
+          "threads are stopped ...", flush=True)
+    for i in (0, 1):
+        sb.stop_slave(i)
+        sb.restart_server(sb.replica(i).name, start_slave=False)
+        sb.start_io_thread(i)
+    load = Load(sb, args.rate, args.rows, seed=7, batch=args.batch)
     load.start()
-    daemon: subprocess.Popen[bytes] | None = None
+    daemons: list[Daemon] = []
     try:
         if load.stop.wait(args.backlog) or load.error is not None:
             raise LagdError(f"the demo's write load failed: {load.error}")
-        result.backlog = load.done
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        env = dict(os.environ, LAGD_DEMO_PASSWORD=sb.replica().dsn.password)
-        lagd = [str(bindir / "lagd")] if (bindir / "lagd").exists() else [sys.executable, "-m", "lagd.daemon"]
-        log = tmp / f"lagd-{'prefetch' if prefetch else 'plain'}.log"
-        daemon = subprocess.Popen([*lagd, "run", "--config", str(_config(sb, port, tmp, prefetch))], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=log.open("wb"))
-        deadline = time.monotonic() + 30
-        while _status(url) is None:
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                raise LagdError(f"the daemon did not start:\n{log.read_text(errors='replace')[-1500:]}")
-            time.sleep(0.2)
-        time.sleep(1.0)  # a poll or two: lagd has seen the backlog before the SQL thread starts
-        mode = "prefetch on" if prefetch else "prefetch off"
-        print(f"   {load.done:,} UPDATEs wait in the relay log; lagd runs ({mode}, heartbeat {HEARTBEAT}); "
-              "SQL thread started, the source keeps writing:", flush=True)
+        daemons = [Daemon(sb, i, prefetch=i == 1, tmp=tmp, bindir=bindir) for i in (0, 1)]
+        for d in daemons:
+            d.wait_ready()
+        time.sleep(1.5)  # a few polls: lagd has read the backlog before the SQL threads start
+        print(f"   {load.done:,} transactions wait in both relay logs. lagd runs on each (heartbeat "
+              f"{HEARTBEAT}); replica 1's lagd prefetches, replica 0's does not. Both SQL threads start; "
+              "the source keeps writing:", flush=True)
         print(HEADER, flush=True)
-        sb.start_sql_thread()
+        for i in (0, 1):
+            sb.start_sql_thread(i)
         began = time.monotonic()
         next_line = began
-        while True:
+        while any(r.seconds is None for r in runs):
             now = time.monotonic()
             if load.error is not None:
                 raise LagdError(f"the demo's write load failed: {load.error}")
-            if daemon.poll() is not None:
-                raise LagdError(f"the daemon exited with {daemon.returncode}:\n"
-                                f"{log.read_text(errors='replace')[-1500:]}")
-            age = _heartbeat_age(sb)
-            if age is not None and age <= CAUGHT_UP and now - began > 1.0:
-                result.seconds = now - began
-                break
+            for i, (run, d) in enumerate(zip(runs, daemons, strict=True)):
+                d.check()
+                age = _heartbeat_age(sb, i) if run.seconds is None else None
+                if age is not None and age <= CAUGHT_UP and now - began > 1.0:
+                    run.seconds = now - began
+                    print(f"  replica {i} ({run.name}) caught up after {run.seconds:.1f} s", flush=True)
             if now - began > args.limit:
+                print(f"  stopped after {args.limit:g} s (--limit)", flush=True)
                 break
             if now >= next_line:
-                status = _status(url)
-                if status is not None:
-                    r = reading(now - began, status)
-                    result.readings.append(r)
-                    print(r.line(), flush=True)
+                for i, (run, d) in enumerate(zip(runs, daemons, strict=True)):
+                    status = _status(d.url) if run.seconds is None else None
+                    if status is not None:
+                        r = reading(now - began, status)
+                        run.readings.append(r)
+                        print(r.line(i), flush=True)
                 next_line += args.refresh
             time.sleep(0.1)
-        if result.seconds is not None:
-            print(f"   caught up after {result.seconds:.1f} s (the replica's heartbeat row is "
-                  f"{CAUGHT_UP:g} s old or less)", flush=True)
-        else:
-            print(f"   not caught up after {args.limit:g} s (--limit); stopping this run", flush=True)
     finally:
         load.stop.set()
         load.join(timeout=10)
-        result.exit_code = _terminate(daemon)
-    return result
+        for run, d in zip(runs, daemons, strict=False):
+            run.exit_code = d.stop()
+    for run in runs:
+        run.backlog = load.done
+    return runs
 
 
 def summary(runs: list[CatchUp], args: argparse.Namespace) -> list[str]:
-    out = ["", f"== summary: the same {args.backlog:g} s backlog of random UPDATEs "
-               f"({args.rate:g}/s, the source writing on through the catch-up), cold 64 MB buffer pool"]
+    out = ["", f"== summary: the same {args.backlog:g} s backlog of random-row UPDATEs ({args.rate:g} "
+               f"transactions/s of {args.batch} rows, the source writing on through the catch-up), "
+               "cold 64 MB buffer pools, both replicas at once"]
     for r in runs:
         took = f"{r.seconds:.1f} s" if r.seconds is not None else f"more than {args.limit:g} s"
         errors = r.eta_errors()
@@ -345,35 +379,34 @@ def summary(runs: list[CatchUp], args: argparse.Namespace) -> list[str]:
         eta = (f"; ETA within 25% of the real remaining time in {within} of {len(errors)} readings "
                f"after the first 3 s (median error {statistics.median(errors):.0%})" if errors else "")
         out.append(f"   {r.name + ':':<18} caught up in {took}{eta}; lagd exited with {r.exit_code}")
-    plain, pre = runs[0].seconds if runs else None, runs[-1].seconds if len(runs) > 1 else None
+    plain, pre = runs[0].seconds, runs[1].seconds
     if plain is not None and pre is not None and pre > 0:
-        out.append(f"   speed-up with prefetch: x{plain / pre:.2f}")
+        out.append(f"   speed-up with prefetch: x{plain / pre:.2f} (catch-up time without / with)")
     return out
 
 
 def run(args: argparse.Namespace) -> int:
-    cfg = SandboxConfig(replicas=1, o_direct=True, replica_buffer_pool_mb=64, source_buffer_pool_mb=512)
-    print("lagd demo: starting a private MariaDB source and replica ...", flush=True)
+    cfg = SandboxConfig(replicas=2, o_direct=True, replica_buffer_pool_mb=64, source_buffer_pool_mb=512)
+    print("lagd demo: starting a private MariaDB source and two replicas ...", flush=True)
     bindir = Path(sys.executable).parent
     runs: list[CatchUp] = []
     with Sandbox(cfg) as sb, tempfile.TemporaryDirectory(prefix="lagd-demo-") as tmp:
-        print(f"   source 127.0.0.1:{sb.source.port}, replica 127.0.0.1:{sb.replica().port} "
-              f"(64 MB buffer pool, O_DIRECT)")
+        print(f"   source 127.0.0.1:{sb.source.port}, replicas 127.0.0.1:{sb.replica(0).port} and "
+              f"127.0.0.1:{sb.replica(1).port} (64 MB buffer pools, O_DIRECT)")
         size_mb = args.rows * 230 / 2**20
-        print(f"   loading {args.rows:,} rows on both (about {size_mb:.0f} MB) ...", flush=True)
+        print(f"   loading {args.rows:,} rows on all three (about {size_mb:.0f} MB each) ...", flush=True)
         _seed(sb, args.rows)
         stop_beats = threading.Event()
         writer = HeartbeatWriter(sb.source.connect, HEARTBEAT, interval=0.5, create_table=True)
         beats = threading.Thread(target=writer.run, args=(stop_beats,), name="demo-heartbeat", daemon=True)
         beats.start()
-        deadline = time.monotonic() + 60
-        while _heartbeat_age(sb) is None:  # the table and a first row have reached the replica
-            if time.monotonic() > deadline:
-                raise LagdError("the heartbeat row did not reach the replica in 60 s")
-            time.sleep(0.2)
         try:
-            for prefetch in (False, True):
-                runs.append(catch_up(sb, args, Path(tmp), prefetch, bindir))
+            deadline = time.monotonic() + 60
+            while any(_heartbeat_age(sb, i) is None for i in (0, 1)):  # the row reached both replicas
+                if time.monotonic() > deadline:
+                    raise LagdError("the heartbeat row did not reach the replicas in 60 s")
+                time.sleep(0.2)
+            runs = race(sb, args, Path(tmp), bindir)
         except KeyboardInterrupt:
             print("\n   stopping ...", flush=True)
         finally:
@@ -389,14 +422,16 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="scripts/demo", description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows in the demo table (default 1,000,000)")
-    ap.add_argument("--rate", type=float, default=300, help="source UPDATEs per second (default 300)")
+    ap.add_argument("--rate", type=float, default=400, help="source transactions per second (default 400)")
+    ap.add_argument("--batch", type=int, default=10, help="random rows each transaction updates (default 10)")
     ap.add_argument("--backlog", type=float, default=30, help="seconds of writes the SQL thread waits out "
                     "before each catch-up (default 30)")
     ap.add_argument("--refresh", type=float, default=2.0, help="seconds between screen lines (default 2)")
     ap.add_argument("--limit", type=float, default=240, help="longest a catch-up may take (default 240 s)")
     args = ap.parse_args(argv)
-    if args.rate <= 0 or args.rows < 1000 or args.backlog <= 0 or args.refresh <= 0 or args.limit <= 0:
-        ap.error("need --rate, --backlog, --refresh and --limit > 0 and --rows >= 1000")
+    if (args.rate <= 0 or args.rows < 1000 or args.backlog <= 0 or args.refresh <= 0 or args.limit <= 0
+            or args.batch < 1):
+        ap.error("need --rate, --backlog, --refresh and --limit > 0, --batch >= 1 and --rows >= 1000")
     try:
         return run(args)
     except LagdError as e:

@@ -391,7 +391,12 @@ def applied_position(inputs: LagInputs, state: ReplicaState, event_time: Measure
     caught up. None when it cannot be told (no event time, or not running)."""
     if event_time.raw is None or state in (ReplicaState.UNKNOWN, ReplicaState.STOPPED, ReplicaState.ERROR):
         return None
-    return inputs.now - event_time.raw
+    # The commit time itself, not now - lag: a stall must read as exactly the
+    # same position, which float rounding of the difference would not give.
+    backlog = inputs.backlog
+    times = [t for t in (inputs.applying_commit_time, backlog.oldest_commit_time if backlog else None)
+             if t is not None]
+    return min(times) if times else inputs.now
 
 
 # --- the stateful part ----------------------------------------------------------

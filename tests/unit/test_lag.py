@@ -750,3 +750,13 @@ def test_progress_rate(name: str, readings: list[tuple[float, float | None]], va
         rate.add(at, pos)
     assert rate.value == (None if value is None else pytest.approx(value))
     assert rate.stalled_for(readings[-1][0]) == pytest.approx(stalled)
+
+
+def test_a_stall_is_seen_whatever_the_clock_s_fractions() -> None:
+    # The same oldest commit time read at clock values with fractions: the
+    # position must not drift by float rounding, or the stall goes unseen.
+    oldest = NOW - 123.456789
+    steps = [inputs(t + 0.123456789, status=status(seconds_behind=100),
+                    backlog=Backlog(10, 1000, 10, oldest)) for t in range(12)]
+    rs = run(LagTracker(rate_time_constant=10.0), steps)
+    assert rs[-1].rates.speed == 0.0 and rs[-1].eta is None and "nothing applied" in rs[-1].eta_reason

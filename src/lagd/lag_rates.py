@@ -107,47 +107,56 @@ class DecayingRate:
 
 
 class ProgressRate:
-    """The rate of a position that can stall, smoothed like :class:`DecayingRate`.
+    """The rate of a position that can stall: a time-decayed ratio of sums.
+
+    Each interval adds its progress and its seconds to two sums that decay
+    with ``time_constant``; the rate is their ratio. Unlike blending each
+    interval's rate in (:class:`DecayingRate`), the first intervals after a
+    start weigh by their length: one odd first interval (half of it still
+    inside a stall) does not hold the rate down for many polls. Two half
+    intervals weigh exactly as much as one whole.
 
     A stall of more than ``max_gap`` seconds (the position does not move) or
-    a reading without a position ends the smoothing: while stalled the rate
-    is 0, and when the position moves again the rate starts afresh from the
+    a reading without a position ends the sums: while stalled the rate is
+    0, and when the position moves again the rate starts afresh from the
     last reading of the stall. Without that, the first sample after a stop,
     an idle spell or a long transaction spans the whole gap (minutes of
-    "nothing" blended into the speed of the catch-up that follows), and
-    the smoothed zeros of the gap hold the speed down long after it ended.
-    Shorter stalls count as zeros: they are part of the real speed of a
-    workload with transactions of a few seconds.
+    "nothing" in the speed of the catch-up that follows), and the decayed
+    zeros of the gap hold the speed down long after it ended. Shorter stalls
+    count as zeros: they are part of the real speed of a workload with
+    transactions of a few seconds.
     """
 
     def __init__(
         self, time_constant: float = RATE_TIME_CONSTANT, *, max_gap: float = 5.0, counter: bool = False
     ) -> None:
-        if max_gap <= 0:
-            raise ValueError(f"max_gap must be positive, not {max_gap!r}")
+        if time_constant <= 0 or max_gap <= 0:
+            raise ValueError(f"time_constant and max_gap must be positive, not {time_constant!r} and "
+                             f"{max_gap!r}")
+        self.time_constant = time_constant
         self.max_gap = max_gap
-        self._rate = DecayingRate(time_constant, counter=counter)
+        self.counter = counter
+        self._progress = self._seconds = 0.0
         self._position: float | None = None
-        self._moved_at: float | None = None
+        self._at = 0.0
+        self._moved_at = 0.0
         self._stalled = False
 
     @property
     def value(self) -> float | None:
         """Per second: None until two readings, 0 while stalled for more than ``max_gap``."""
-        return 0.0 if self._stalled else self._rate.value
-
-    @property
-    def time_constant(self) -> float:
-        return self._rate.time_constant
+        if self._stalled:
+            return 0.0
+        return self._progress / self._seconds if self._seconds > 0 else None
 
     def stalled_for(self, at: float) -> float | None:
         """Seconds without progress at ``at``; None without a position."""
-        return None if self._moved_at is None else at - self._moved_at
+        return None if self._position is None else at - self._moved_at
 
     def restart(self) -> None:
         """Forget everything: the next two readings start the rate afresh."""
-        self._rate.reset()
-        self._position = self._moved_at = None
+        self._progress = self._seconds = 0.0
+        self._position = None
         self._stalled = False
 
     def add(self, at: float, position: float | None) -> float | None:
@@ -155,25 +164,32 @@ class ProgressRate:
         if position is None:
             self.restart()
             return None
-        if self._position is None or self._moved_at is None:
-            self._rate.reset()
-            self._rate.add(at, position)
-            self._position, self._moved_at = position, at
+        if self._position is None:
+            self._position, self._at, self._moved_at = position, at, at
             return self.value
-        moved = position != self._position
-        self._position = position
-        if moved:
+        dt = at - self._at
+        if dt <= 0:
+            return self.value
+        delta = position - self._position
+        self._position, self._at = position, at
+        if delta < 0 and self.counter:
+            return self.value  # the counter restarted: no sample
+        if delta != 0:
             self._moved_at = at
             self._stalled = False
-            self._rate.add(at, position)
+            self._add(delta, dt)
         elif at - self._moved_at > self.max_gap:
-            # A gap: the next sample starts here, not where the gap began.
+            # A gap: forget it; the next sample starts here, not where the gap began.
             self._stalled = True
-            self._rate.reset()
-            self._rate.add(at, position)
+            self._progress = self._seconds = 0.0
         else:
-            self._rate.add(at, position)
+            self._add(0.0, dt)
         return self.value
+
+    def _add(self, progress: float, seconds: float) -> None:
+        keep = math.exp(-seconds / self.time_constant)
+        self._progress = self._progress * keep + progress
+        self._seconds = self._seconds * keep + seconds
 
 
 def catch_up_eta(

@@ -731,7 +731,7 @@ PROGRESS_CASES = [
     # (name, [(t, position)], value after the last, stalled_for after the last)
     ("first-reading", [(0, 10.0)], None, 0.0),
     ("steady", [(0, 10.0), (1, 13.0), (2, 16.0)], 3.0, 0.0),
-    ("short-stall-counts", [(0, 10.0), (1, 13.0), (2, 13.0)], 3.0 + (0.0 - 3.0) * (1 - math.exp(-0.1)), 1.0),
+    ("short-stall-counts", [(0, 10.0), (1, 13.0), (2, 13.0)], 3 * math.exp(-0.1) / (math.exp(-0.1) + 1), 1.0),
     ("long-stall-is-zero", [(0, 10.0), (1, 13.0)] + [(t, 13.0) for t in range(2, 9)], 0.0, 7.0),
     ("after-a-stall-one-interval", [(0, 10.0), (1, 13.0)] + [(t, 13.0) for t in range(2, 30)] + [(30, 15.0)],
      2.0, 0.0),
@@ -760,3 +760,19 @@ def test_a_stall_is_seen_whatever_the_clock_s_fractions() -> None:
                     backlog=Backlog(10, 1000, 10, oldest)) for t in range(12)]
     rs = run(LagTracker(rate_time_constant=10.0), steps)
     assert rs[-1].rates.speed == 0.0 and rs[-1].eta is None and "nothing applied" in rs[-1].eta_reason
+
+
+def test_an_odd_first_interval_after_a_stall_does_not_hold_the_speed_down() -> None:
+    # A stall, then an interval that was half stall (0.5 source-s in 1 s),
+    # then 3 source-seconds per second: after 3 more seconds the rate is the
+    # time-weighted mean of those 4 s (about 2.4), where blending interval
+    # rates in would still read about 1.6, the odd interval weighing most.
+    from lagd.lag_rates import ProgressRate  # noqa: PLC0415
+    rate, blended = ProgressRate(10.0, max_gap=5.0), DecayingRate(10.0, counter=False)
+    readings = [(t, 100.0) for t in range(10)] + [(10, 100.5)] + [(10 + k, 100.5 + 3 * k) for k in (1, 2, 3)]
+    for at, pos in readings:
+        rate.add(at, pos)
+    for at, pos in readings[9:]:
+        blended.add(at, pos)
+    assert rate.value == pytest.approx((0.5 + 9 * 1.0) / 4, rel=0.05)  # 9.5 source-s in 4 s, decayed a little
+    assert blended.value is not None and blended.value < 1.7

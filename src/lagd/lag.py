@@ -438,6 +438,8 @@ class LagTracker:
         self._transactions = DecayingRate(rate_time_constant)
         self._rows = DecayingRate(rate_time_constant)
         self._rate_time_constant = rate_time_constant
+        self._max_gap = max_gap
+        self._last_mono: float | None = None
         self._last_state: ReplicaState | None = None
         self._last_position: float | None = None
         self._source_seconds = 0.0
@@ -463,6 +465,10 @@ class LagTracker:
         """Apply rates, and how long nothing was applied though work waits (None: not stalled)."""
         mono, st = inputs.monotonic, inputs.status
         position = applied_position(inputs, state, ev)
+        if self._last_mono is not None and mono > self._last_mono:
+            # A gap is longer than a couple of polls, however slowly the daemon polls.
+            self._speed.max_gap = max(self._max_gap, 2.5 * (mono - self._last_mono))
+        self._last_mono = mono
         last_state, self._last_state = self._last_state, state
         if last_state is ReplicaState.IDLE and state is not ReplicaState.IDLE:
             # Caught up, the position is the clock (speed 1 whatever the replica

@@ -776,3 +776,12 @@ def test_an_odd_first_interval_after_a_stall_does_not_hold_the_speed_down() -> N
         blended.add(at, pos)
     assert rate.value == pytest.approx((0.5 + 9 * 1.0) / 4, rel=0.05)  # 9.5 source-s in 4 s, decayed a little
     assert blended.value is not None and blended.value < 1.7
+
+
+def test_a_slow_poll_is_not_a_gap() -> None:
+    # Polled every 10 s, one interval without progress is not yet a stall.
+    steps = [inputs(10 * k, status=status(seconds_behind=100),
+                    backlog=Backlog(10, 1000, 10, NOW - 100 + (30 * k if k < 5 else 120)))
+             for k in range(6)]
+    rs = run(LagTracker(rate_time_constant=60.0), steps)
+    assert rs[-1].rates.speed is not None and rs[-1].rates.speed > 0 and rs[-1].eta is not None

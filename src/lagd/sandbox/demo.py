@@ -38,6 +38,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import textwrap
 import threading
 import time
 import urllib.error
@@ -232,8 +233,9 @@ def reading(t: float, status: Mapping[str, Any]) -> Reading:
         in_time, late = _num(counters.get("in_time")) or 0, _num(counters.get("late")) or 0
         share = f", {in_time / (in_time + late):.0%} in time" if in_time + late else ""
         gain = f", measured x{benefit:.2f}" if benefit is not None else ""
-        verdict = str(p.get("reason") or "")
-        verdict = f" ({verdict[:60]})" if p.get("state") in ("backed_off", "paused", "idle") and verdict else ""
+        reason = str(p.get("reason") or "")
+        shown = p.get("state") in ("backed_off", "paused", "idle") and reason
+        verdict = f" ({textwrap.shorten(reason, 80, placeholder=' ...')})" if shown else ""
         prefetch = (f"{p.get('state')}: lead {int(_num(p.get('lead_transactions')) or 0):,} trx"
                     f"{share}{gain}{verdict}")
     else:

@@ -5,7 +5,7 @@ The truth is a heartbeat written on the source every 0.2 s: the replica has
 caught up when its copy of the row is fresh again. The replica is made slow
 on purpose, the same way for every scenario: its copy of the table has no
 primary key (dropped without binary logging), so each replicated row change
-is a table scan. The source writes at a third of what the replica applies,
+is a table scan. The source writes at 40% of what the replica applies,
 so a catch-up takes seconds, not milliseconds.
 
 Scenarios: SQL thread stopped, IO thread stopped, an idle source then a
@@ -40,7 +40,7 @@ from .test_prometheus_scrape import run_lagd
 
 ROWS = 6_000
 FRESH = 0.6  # heartbeat age on the replica that counts as caught up (beats every 0.2 s)
-GAP = 6.0  # seconds of each gap
+GAP = 8.0  # seconds of each gap
 
 
 class Writer(threading.Thread):
@@ -169,7 +169,7 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
     sb, schema = slow_replica
     table = f"{schema}.heartbeat"
     rate_a = apply_rate(sb, schema)
-    rate = rate_a / 3
+    rate = rate_a / 2.5
     stop_beats = threading.Event()
     beats = HeartbeatWriter(sb.source.connect, table, interval=0.2, create_table=True)
     beater = threading.Thread(target=beats.run, args=(stop_beats,), daemon=True)

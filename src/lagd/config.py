@@ -528,7 +528,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         raise fail(
             "the file does not exist",
-            "create it (config/lagd.toml in the lagd source is a commented example) or pass its path",
+            "create it (`lagctl config example > FILE` writes a commented example) or pass its path",
         ) from None
     except IsADirectoryError:
         raise fail("is a directory, not a file", "pass the path of the TOML file") from None

@@ -27,6 +27,7 @@ from lagd.lag_rates import (
     DecayingRate,
     HistogramSnapshot,
     LagHistogram,
+    ProgressRate,
     WindowAverage,
     WindowAverages,
     catch_up_eta,
@@ -151,13 +152,21 @@ class ApplyRates:
 
     ``speed`` is in source-seconds applied per wall-second: 1 keeps pace with
     the source, above 1 catches up, 0 applies nothing (stopped, or inside one
-    long transaction).
+    long transaction). The smoothing starts afresh after every gap without
+    progress (see :class:`~lagd.lag_rates.ProgressRate`). The ``*_total``
+    fields are counters since the daemon started (for Prometheus' rate()):
+    transactions and rows the SQL thread passed the end of, and source-seconds
+    its applied position advanced while it had work; None without the
+    relay-log reader, which is what counts them.
     """
 
     speed: float | None
     transactions_per_second: float | None
     rows_per_second: float | None
     time_constant: float
+    transactions_total: int | None = None
+    rows_total: int | None = None
+    source_seconds_total: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +188,7 @@ class LagReading:
     clock_offset: ClockOffset | None
     clock_skew: bool  # a value was clamped now, or the replica's clock is proven behind
     histogram: HistogramSnapshot
+    lag_without_delay: float | None = None  # primary lag minus the configured SQL_Delay (as mysqld-mixin)
 
     @property
     def methods(self) -> tuple[MethodReading, ...]:
@@ -367,6 +377,28 @@ def choose_primary(
     return None, None, "no method has a value: " + "; ".join(skipped)
 
 
+def without_delay(lag: float | None, status: ReplicaStatus | None) -> float | None:
+    """The lag minus the configured SQL_Delay, never below 0: what mysqld-mixin's
+    ``mysql_slave_lag_seconds`` shows. None when the lag or the status is unknown."""
+    if lag is None or status is None:
+        return None
+    return max(0.0, lag - float(status.sql_delay or 0))
+
+
+def applied_position(inputs: LagInputs, state: ReplicaState, event_time: Measurement) -> float | None:
+    """Where the SQL thread is, in source time (epoch seconds): the commit
+    time of the oldest transaction not applied, or the replica's clock when
+    caught up. None when it cannot be told (no event time, or not running)."""
+    if event_time.raw is None or state in (ReplicaState.UNKNOWN, ReplicaState.STOPPED, ReplicaState.ERROR):
+        return None
+    # The commit time itself, not now - lag: a stall must read as exactly the
+    # same position, which float rounding of the difference would not give.
+    backlog = inputs.backlog
+    times = [t for t in (inputs.applying_commit_time, backlog.oldest_commit_time if backlog else None)
+             if t is not None]
+    return min(times) if times else inputs.now
+
+
 # --- the stateful part ----------------------------------------------------------
 
 
@@ -391,17 +423,26 @@ class LagTracker:
     def __init__(
         self,
         *,
-        stale_after: float = 30.0,
+        stale_after: float = 10.0,  # as lag.stale_after in defaults.toml
         rate_time_constant: float = RATE_TIME_CONSTANT,
         offset_window: float = 600.0,
+        max_gap: float = 5.0,
     ) -> None:
         self.stale_after = stale_after
         self._first_mono: float | None = None
         self._history = {m: _History() for m in LagMethod}
-        self._speed = DecayingRate(rate_time_constant, counter=False)
+        self._speed = ProgressRate(rate_time_constant, max_gap=max_gap)
+        # Counts jump when the SQL thread passes a transaction's end: a long
+        # transaction is seconds of nothing and then all its rows, which a
+        # smoothed rate of the counter spreads out rather than restarting on.
         self._transactions = DecayingRate(rate_time_constant)
         self._rows = DecayingRate(rate_time_constant)
         self._rate_time_constant = rate_time_constant
+        self._max_gap = max_gap
+        self._last_mono: float | None = None
+        self._last_state: ReplicaState | None = None
+        self._last_position: float | None = None
+        self._source_seconds = 0.0
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
         self._offset = ClockOffsetEstimator(offset_window)
@@ -417,6 +458,55 @@ class LagTracker:
         since = inputs.monotonic - (h.last_mono if h.last_mono is not None else self._first_mono)
         stale = configured and since > self.stale_after
         return MethodReading(method, None, m.reason, h.last_wall, stale, m.clamped)
+
+    def _rates(
+        self, inputs: LagInputs, state: ReplicaState, ev: Measurement
+    ) -> tuple[ApplyRates, float | None]:
+        """Apply rates, and how long nothing was applied though work waits (None: not stalled)."""
+        mono, st = inputs.monotonic, inputs.status
+        position = applied_position(inputs, state, ev)
+        if self._last_mono is not None and mono > self._last_mono:
+            # A gap is longer than a couple of polls, however slowly the daemon polls.
+            self._speed.max_gap = max(self._max_gap, 2.5 * (mono - self._last_mono))
+        self._last_mono = mono
+        last_state, self._last_state = self._last_state, state
+        if last_state is ReplicaState.IDLE and state is not ReplicaState.IDLE:
+            # Caught up, the position is the clock (speed 1 whatever the replica
+            # could do); a catch-up that starts is measured from its own start.
+            self._speed.restart()
+        busy = state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED) and position is not None
+        if busy and self._last_position is not None and position is not None and last_state is state:
+            self._source_seconds += max(0.0, position - self._last_position)
+        self._last_position = position if busy else None
+        self._speed.add(mono, position)
+        counted = inputs.backlog is not None
+        if st is not None and not st.sql_running:
+            # Stopped, nothing is applied: 0 for every rate, and each starts
+            # afresh when the SQL thread does.
+            self._speed.restart()
+            self._transactions.reset()
+            self._rows.reset()
+            speed: float | None = 0.0
+            trx: float | None = 0.0 if counted else None
+            rows: float | None = trx
+        else:
+            if counted:
+                self._transactions.add(mono, inputs.applied_transactions)
+                self._rows.add(mono, inputs.applied_rows)
+            else:
+                self._transactions.reset()
+                self._rows.reset()
+            speed, trx, rows = self._speed.value, self._transactions.value, self._rows.value
+        stalled_for = self._speed.stalled_for(mono)
+        stalled = (stalled_for if state is ReplicaState.APPLYING and stalled_for is not None
+                   and stalled_for > self._speed.max_gap else None)
+        rates = ApplyRates(
+            None if speed is None else max(0.0, speed), trx, rows, self._rate_time_constant,
+            inputs.applied_transactions if counted else None,
+            inputs.applied_rows if counted else None,
+            self._source_seconds if counted else None,
+        )
+        return rates, stalled
 
     def update(self, inputs: LagInputs) -> LagReading:
         if self._first_mono is None:
@@ -449,33 +539,13 @@ class LagTracker:
             self._offset.add(mono, hb.raw, idle=state is ReplicaState.IDLE)
         offset = self._offset.estimate()
 
-        # The applied position in source time: the oldest unapplied commit
-        # time, or "now" when caught up; its advance per second is the speed.
-        if st is not None and not st.sql_running:
-            # Stopped, the speed is 0; smoothed over a minute, those zeros would
-            # hold the ETA at infinity well into the catch-up that follows a
-            # restart. So the smoothing starts again from the first interval
-            # of applying.
-            self._speed.reset()
-            speed: float | None = 0.0
-        else:
-            if ev.raw is not None:
-                self._speed.add(mono, now - ev.raw)
-            speed = self._speed.value
-        self._transactions.add(mono, inputs.applied_transactions)
-        self._rows.add(mono, inputs.applied_rows)
-        rates = ApplyRates(
-            None if speed is None else max(0.0, speed),
-            self._transactions.value,
-            self._rows.value,
-            self._rate_time_constant,
-        )
-
+        rates, stalled = self._rates(inputs, state, ev)
         if st is None:
             eta, eta_reason = None, "replica state unknown"
         else:
             eta, eta_reason = catch_up_eta(
-                lag, rates.speed, caught_up=state is ReplicaState.IDLE, blocked=_blocked(st)
+                lag, rates.speed, caught_up=state is ReplicaState.IDLE, blocked=_blocked(st),
+                stalled=stalled,
             )
 
         if lag is not None:
@@ -500,6 +570,7 @@ class LagTracker:
             lag=lag,
             lag_method=lag_method,
             lag_reason=lag_reason,
+            lag_without_delay=without_delay(lag, st),
             backlog=backlog,
             rates=rates,
             eta=eta,

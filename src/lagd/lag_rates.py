@@ -23,15 +23,16 @@ __all__ = [
     "DecayingRate",
     "HistogramSnapshot",
     "LagHistogram",
+    "ProgressRate",
     "WindowAverage",
     "WindowAverages",
     "catch_up_eta",
 ]
 
 # Seconds. Long enough that one slow or fast poll interval barely moves the
-# forecast, short enough that a real change in apply speed shows within a
-# minute or two (63% of a step after 60 s, 95% after 180 s).
-RATE_TIME_CONSTANT: Final = 60.0
+# forecast, short enough that a catch-up's ETA follows a real change in apply
+# speed while it happens (63% of a step after 10 s, 95% after 30 s).
+RATE_TIME_CONSTANT: Final = 10.0
 
 # Upper bounds in seconds, Prometheus "le" semantics (value <= bound).
 LAG_BUCKETS: Final = (
@@ -105,12 +106,99 @@ class DecayingRate:
         return self._value
 
 
+class ProgressRate:
+    """The rate of a position that can stall: a time-decayed ratio of sums.
+
+    Each interval adds its progress and its seconds to two sums that decay
+    with ``time_constant``; the rate is their ratio. Unlike blending each
+    interval's rate in (:class:`DecayingRate`), the first intervals after a
+    start weigh by their length: one odd first interval (half of it still
+    inside a stall) does not hold the rate down for many polls. Two half
+    intervals weigh exactly as much as one whole.
+
+    A stall of more than ``max_gap`` seconds (the position does not move) or
+    a reading without a position ends the sums: while stalled the rate is
+    0, and when the position moves again the rate starts afresh from the
+    last reading of the stall. Without that, the first sample after a stop,
+    an idle spell or a long transaction spans the whole gap (minutes of
+    "nothing" in the speed of the catch-up that follows), and the decayed
+    zeros of the gap hold the speed down long after it ended. Shorter stalls
+    count as zeros: they are part of the real speed of a workload with
+    transactions of a few seconds.
+    """
+
+    def __init__(
+        self, time_constant: float = RATE_TIME_CONSTANT, *, max_gap: float = 5.0, counter: bool = False
+    ) -> None:
+        if time_constant <= 0 or max_gap <= 0:
+            raise ValueError(f"time_constant and max_gap must be positive, not {time_constant!r} and "
+                             f"{max_gap!r}")
+        self.time_constant = time_constant
+        self.max_gap = max_gap
+        self.counter = counter
+        self._progress = self._seconds = 0.0
+        self._position: float | None = None
+        self._at = 0.0
+        self._moved_at = 0.0
+        self._stalled = False
+
+    @property
+    def value(self) -> float | None:
+        """Per second: None until two readings, 0 while stalled for more than ``max_gap``."""
+        if self._stalled:
+            return 0.0
+        return self._progress / self._seconds if self._seconds > 0 else None
+
+    def stalled_for(self, at: float) -> float | None:
+        """Seconds without progress at ``at``; None without a position."""
+        return None if self._position is None else at - self._moved_at
+
+    def restart(self) -> None:
+        """Forget everything: the next two readings start the rate afresh."""
+        self._progress = self._seconds = 0.0
+        self._position = None
+        self._stalled = False
+
+    def add(self, at: float, position: float | None) -> float | None:
+        """The position at monotonic time ``at`` (None: not measurable now); returns :attr:`value`."""
+        if position is None:
+            self.restart()
+            return None
+        if self._position is None:
+            self._position, self._at, self._moved_at = position, at, at
+            return self.value
+        dt = at - self._at
+        if dt <= 0:
+            return self.value
+        delta = position - self._position
+        self._position, self._at = position, at
+        if delta < 0 and self.counter:
+            return self.value  # the counter restarted: no sample
+        if delta != 0:
+            self._moved_at = at
+            self._stalled = False
+            self._add(delta, dt)
+        elif at - self._moved_at > self.max_gap:
+            # A gap: forget it; the next sample starts here, not where the gap began.
+            self._stalled = True
+            self._progress = self._seconds = 0.0
+        else:
+            self._add(0.0, dt)
+        return self.value
+
+    def _add(self, progress: float, seconds: float) -> None:
+        keep = math.exp(-seconds / self.time_constant)
+        self._progress = self._progress * keep + progress
+        self._seconds = self._seconds * keep + seconds
+
+
 def catch_up_eta(
     lag: float | None,
     speed: float | None,
     *,
     caught_up: bool = False,
     blocked: str | None = None,
+    stalled: float | None = None,
 ) -> tuple[float | None, str]:
     """Seconds until the replica has caught up, and why.
 
@@ -119,7 +207,9 @@ def catch_up_eta(
     of it, so lag shrinks by ``speed - 1`` seconds per second and reaches
     zero after ``lag / (speed - 1)`` seconds; at ``speed <= 1`` it never does
     (``math.inf``).  ``blocked`` names why lag cannot shrink at all (a stopped
-    thread): also ``math.inf``.
+    thread): also ``math.inf``.  ``stalled`` is how long nothing was applied
+    though there is work (inside one long transaction): the ETA is unknown
+    until applying resumes, not infinite.
     """
     if blocked is not None:
         return math.inf, f"{blocked}, so lag cannot shrink"
@@ -127,6 +217,11 @@ def catch_up_eta(
         return 0.0, "caught up: nothing received is waiting to be applied"
     if lag is None:
         return None, "no lag value to forecast from"
+    if stalled is not None:
+        return None, (
+            f"nothing applied for {stalled:.0f} s though transactions wait (a long transaction, "
+            "or the SQL thread waits on a lock): the ETA returns when applying resumes"
+        )
     if speed is None:
         return None, "apply speed not measured yet (needs two updates)"
     if speed <= 1.0:

@@ -1,10 +1,14 @@
 """A real Prometheus scrapes a real ``lagd run`` watching the sandbox replica.
 
-The test stops the replica's SQL thread while the source keeps writing, and
+The first test stops the replica's SQL thread while the source keeps writing, and
 asks Prometheus (HTTP API, PromQL), not lagd, what it saw: an event_time lag
 above 0 and the state ``stopped``; Seconds_Behind_Master gone from the
 scrape (NULL is not 0) while its last-success and stale series stay; and
 after the SQL thread is started again, event_time back at 0.
+
+The second scrapes lagd (prefetch and advisor on) in every replica state it
+can be put in, and runs ``promtool check metrics`` on each scrape: names,
+types and help pass Prometheus' own lint, and an unknown value is absent.
 
 Prometheus is Debian's ``prometheus`` binary, on a free loopback port with a
 temporary config and data directory, scraping every second.
@@ -12,6 +16,7 @@ temporary config and data directory, scraping every second.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -90,50 +95,67 @@ def prometheus_binary() -> str:
     return found
 
 
-@pytest.fixture
-def lagd_daemon(sandbox: Sandbox, tmp_path: Path) -> Iterator[tuple[str, Proc]]:
-    """``lagd run`` on the sandbox replica; yields its host:port and the process."""
-    port = free_port()
-    replica = sandbox.replica()
-    config = tmp_path / "lagd.toml"
-    config.write_text(f"""
+def lagd_config(port: int, listen: int, *, prefetch: bool = False, advisor: bool = False,
+                heartbeat: str = "", big_rows: int = 50_000) -> str:
+    return f"""
 [replica]
 host = "127.0.0.1"
-port = {replica.port}
+port = {port}
 user = "{LAGD_USER}"
 password_credential = ""
 password_env = "{PASSWORD_ENV}"
+connect_timeout = 2.0
 
 [lag]
 poll_interval = 0.5
 stale_after = 5.0
+heartbeat_table = "{heartbeat}"
 
 [prefetch]
-enabled = false
+enabled = {str(prefetch).lower()}
 
 [advisor]
-enabled = false
+enabled = {str(advisor).lower()}
+big_transaction_rows = {big_rows}
 
 [http]
-listen = "127.0.0.1:{port}"
-""", encoding="utf-8")
+listen = "127.0.0.1:{listen}"
+"""
+
+
+@contextlib.contextmanager
+def run_lagd(replica_port: int, tmp_path: Path, *, ready: bool = True,
+             **sections: Any) -> Iterator[tuple[str, Proc]]:
+    """``lagd run`` on ``replica_port``; yields its host:port and the process
+    once /readyz answers 200 (or once /metrics answers, ``ready=False``)."""
+    port = free_port()
+    config = tmp_path / f"lagd-{port}.toml"
+    config.write_text(lagd_config(replica_port, port, **sections), encoding="utf-8")
     env = {**os.environ, PASSWORD_ENV: LAGD_PASSWORD}
     exe = Path(sys.executable).with_name("lagd")  # the console script next to this interpreter
     assert exe.exists(), f"{exe} missing: install lagd into this environment (scripts/bootstrap)"
-    lagd = Proc("lagd", [str(exe), "run", "--config", str(config)], tmp_path, env)
+    lagd = Proc(f"lagd-{port}", [str(exe), "run", "--config", str(config)], tmp_path, env)
     try:
         target = f"127.0.0.1:{port}"
+        path = "/readyz" if ready else "/metrics"
 
-        def ready() -> bool | None:
+        def up() -> bool | None:
             if lagd.p.poll() is not None:
                 raise AssertionError(f"lagd exited\n{lagd.tail()}")
-            got = http_get(f"http://{target}/readyz")
+            got = http_get(f"http://{target}{path}")
             return True if got is not None and got[0] == 200 else None
 
-        wait_for("lagd /readyz", ready, logs=lagd.tail)
+        wait_for(f"lagd {path}", up, logs=lagd.tail)
         yield target, lagd
     finally:
         lagd.stop()
+
+
+@pytest.fixture
+def lagd_daemon(sandbox: Sandbox, tmp_path: Path) -> Iterator[tuple[str, Proc]]:
+    """``lagd run`` on the sandbox replica; yields its host:port and the process."""
+    with run_lagd(sandbox.replica().port, tmp_path) as got:
+        yield got
 
 
 class PromQL:
@@ -246,3 +268,92 @@ def test_prometheus_sees_the_lag_of_a_stopped_sql_thread(sandbox: Sandbox, schem
     peak = prom.value('max_over_time(lagd_replication_lag_seconds{method="event_time"}[5m])')
     assert peak is not None and peak >= 2.0
     assert prom.value('lagd_replication_lag_stale{method="sbm"}') == 0
+
+
+def promtool_binary() -> str:
+    found = shutil.which("promtool")
+    if found is None:
+        pytest.fail("promtool is not installed: run `scripts/bootstrap promtool` "
+                    "(or as root: apt-get install -y --no-install-recommends prometheus)")
+    return found
+
+
+def scrape(target: str) -> str:
+    got = http_get(f"http://{target}/metrics")
+    assert got is not None and got[0] == 200, got
+    return got[1]
+
+
+def samples(text: str) -> dict[str, str]:
+    """``name{labels}`` -> value, as printed."""
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            out[key] = value
+    return out
+
+
+def check_metrics(text: str, state: str) -> dict[str, str]:
+    got = subprocess.run([promtool_binary(), "check", "metrics"], input=text.encode(), capture_output=True,
+                         timeout=60, check=False)
+    assert got.returncode == 0, f"{state}: promtool check metrics:\n{got.stdout!r}{got.stderr!r}"
+    values = samples(text)
+    # Unknown is absent, never 0 or NaN.
+    assert not [k for k, v in values.items() if v == "NaN"], state
+    return values
+
+
+def state_of(values: dict[str, str]) -> str | None:
+    on = [k for k, v in values.items() if k.startswith("lagd_replica_state{") and float(v) == 1]
+    return on[0].split('state="')[1].split('"')[0] if on else None
+
+
+def test_promtool_check_metrics_on_scrapes_in_every_state(sandbox: Sandbox, schema: str,
+                                                          tmp_path: Path) -> None:
+    sandbox.source.query(f"CREATE TABLE `{schema}`.t (id INT AUTO_INCREMENT PRIMARY KEY, v INT)")
+    sandbox.wait_caught_up(timeout=60)
+    seen: dict[str, dict[str, str]] = {}
+    with run_lagd(sandbox.replica().port, tmp_path, prefetch=True, advisor=True) as (target, lagd):
+        def reach(state: str) -> dict[str, str]:
+            def probe() -> dict[str, str] | None:
+                values = samples(scrape(target))
+                return values if state_of(values) == state else None
+
+            wait_for(f"state {state}", probe, logs=lagd.tail)
+            seen[state] = check_metrics(scrape(target), state)
+            return seen[state]
+
+        idle = reach("idle")
+        assert float(idle['lagd_catchup_eta_seconds{channel=""}']) == 0
+        sandbox.stop_sql_thread()
+        try:
+            for _ in range(20):
+                sandbox.source.query(f"INSERT INTO `{schema}`.t (v) VALUES (1)")
+            stopped = reach("stopped")
+            # SBM is NULL while stopped: absent, not 0.
+            assert not [k for k in stopped if k.startswith("lagd_replication_lag_seconds{") and "sbm" in k]
+            assert stopped['lagd_apply_speed_ratio{channel=""}'] == "0.0"
+        finally:
+            sandbox.start_sql_thread()
+        sandbox.wait_caught_up(timeout=60)
+        reach("idle")
+        sandbox.stop_io_thread()
+        try:
+            reach("io_stopped")
+        finally:
+            sandbox.start_io_thread()
+        sandbox.wait_caught_up(timeout=60)
+        final = reach("idle")
+        assert float(final['lagd_applied_transactions_total{channel=""}']) >= 20
+    # A replica that cannot be reached: state unknown, and the lags absent.
+    with run_lagd(free_port(), tmp_path, ready=False) as (target, lagd):
+        def unknown() -> dict[str, str] | None:
+            values = samples(scrape(target))
+            return values if state_of(values) == "unknown" else None
+
+        wait_for("state unknown", unknown, logs=lagd.tail)
+        values = check_metrics(scrape(target), "unknown")
+        assert not [k for k in values if k.startswith("lagd_replication_lag_seconds{")]
+        assert "lagd_catchup_eta_seconds" not in " ".join(values)
+    assert set(seen) == {"idle", "stopped", "io_stopped"}

@@ -64,13 +64,15 @@ def full_reading() -> LagReading:
         lag=42.5, lag_method=LagMethod.HEARTBEAT, lag_reason="heartbeat",
         backlog=BacklogReading(transactions=12, bytes=65_536, rows=3_000, oldest_age=41.9),
         rates=ApplyRates(speed=1.5, transactions_per_second=300.0, rows_per_second=7_500.0,
-                         time_constant=60.0),
+                         time_constant=10.0, transactions_total=90_000, rows_total=2_250_000,
+                         source_seconds_total=1_234.5),
         eta=85.0, eta_reason="lag 42.5 s shrinks by 0.50 s per second",
         averages=(WindowAverage(60.0, 40.0, 60.0), WindowAverage(300.0, 20.0, 300.0),
                   WindowAverage(900.0, 10.0, 880.0)),
         clock_offset=ClockOffset(0.004, 600, 30, 600.0, False, "tight"),
         clock_skew=False,
         histogram=histogram(0.05, 3.0, 42.5),
+        lag_without_delay=42.5,
     )
 
 

@@ -285,7 +285,7 @@ def test_a_big_transaction_is_timed_for_its_table(caplog: pytest.LogCaptureFixtu
     r.feed(ev)
     r.poll(start, ReplicaState.STOPPED)  # stopped right before it: not being applied
     (u,) = upcoming(adv)
-    assert u["applying"] and u["applying_since"] is None  # at its start, not timed while stopped
+    assert not u["applying"] and u["applying_since"] is None  # at its start, but the SQL thread is stopped
     t_stopped = r.t
     for _ in range(6):
         r.poll(start)
@@ -325,6 +325,52 @@ def test_a_stop_inside_a_big_transaction_restarts_its_timing() -> None:
     r.poll(end, ReplicaState.IDLE)
     # Timed from the restart only: 3 s, not the 500 s it was stopped.
     assert adv.model.table_rates()["shop.orders"].seconds == pytest.approx(3, rel=0.01)
+
+
+def test_the_stall_estimate_shrinks_as_it_applies_and_the_rate_holds() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    ends = []
+    for _ in range(40):
+        ev, _, end = r.trx(10)  # 350 bytes, 10 rows
+        r.feed(ev)
+        ends.append(end)
+    big, start, end = r.trx(2_000)  # 50,100 bytes: about 36 s at 1,400 bytes/s
+    r.feed(big)
+    r.poll(RelayPosition(RELAY, 4))
+    for i in range(4, 40, 4):  # 1,400 bytes a second
+        r.poll(ends[i - 1])
+    (u,) = upcoming(adv)
+    estimate = u["estimated_seconds"]
+    assert estimate == pytest.approx(50_100 / 1_400) and u["remaining_seconds"] == estimate
+    assert not u["applying"]
+    seen = []
+    for _ in range(50):  # inside it: no rows for 50 s
+        r.poll(start)
+        (u,) = upcoming(adv)
+        seen.append((u["estimated_seconds"], u["remaining_seconds"]))
+    # The seconds without rows do not drag the rate down: the estimate holds...
+    assert all(est == pytest.approx(estimate) for est, _ in seen)
+    # ...and what remains shrinks with every poll, then is unknown once overrun.
+    remaining = [rem for _, rem in seen]
+    known = [x for x in remaining if x is not None]
+    assert known == sorted(known, reverse=True) and known[0] == pytest.approx(estimate - 0.5)
+    assert known[-1] < 1.0 and remaining[-1] is None
+    r.poll(end, ReplicaState.IDLE)
+    # Counted when it ended: its bytes over its seconds, into the overall rate too.
+    rate = adv.model.rate()
+    assert rate is not None and rate.bytes_per_second == pytest.approx(
+        (1_400 * 9 + 50_100) / (9 + 50), rel=0.1)
+
+
+def test_the_stall_metric_is_absent_when_unknown() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    r.feed(r.trx(2_000)[0])  # no rate learned: estimate unknown
+    text = render(lambda: full_snapshot(advisor=adv.snapshot())).decode()
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert "lagd_upcoming_transactions" in names
+    assert "lagd_upcoming_transaction_stall_seconds" not in names
 
 
 # -- enabled / disabled ------------------------------------------------------------

@@ -292,3 +292,24 @@ def test_an_unknown_role_is_a_user_error() -> None:
 def test_status_deltas(before: dict[str, str], after: dict[str, str], want: dict[str, int | None]) -> None:
     got = status_deltas(load(MY80, "replica", status=before), load(MY80, "replica", status=after))
     assert {k: got[k] for k in want} == want
+
+
+# Every variable and status a rule reads, removed: advice still reads as
+# sentences, with no "unknown" standing where a number should be.
+_ALL_FACTS: dict[str, Any] = dict(lagging=True, biggest_coming_bytes=200_000_000, statement_load_bytes=GIB,
+                                  log_waits_delta=5, buffer_pool_reads_delta=5_000,
+                                  buffer_pool_read_requests_delta=50_000)
+
+
+@pytest.mark.parametrize("fixture", [MARIA_SRC, MARIA_REP, MY80, MY84])
+@pytest.mark.parametrize("role", ["source", "replica"])
+@pytest.mark.parametrize("known", [True, False], ids=["values-known", "values-missing"])
+def test_advice_text_is_rendered_from_values(fixture: str, role: str, known: bool) -> None:
+    variables: dict[str, str | None] = {}
+    if not known:
+        variables = {k: None for k in ("innodb_log_buffer_size", "innodb_buffer_pool_size",
+                                       "max_binlog_cache_size", "binlog_format")}
+    for a in advise(load(fixture, role, variables=variables, **_ALL_FACTS)):
+        for text in (a.advice, a.caveat, a.reason):
+            for leak in ("unknown bytes", "=unknown", "None", "<pause>", "nan"):
+                assert leak not in (text or ""), f"{a.rule}: {leak!r} in {text!r}"

@@ -216,3 +216,46 @@ def test_limits_from_settings() -> None:
     )
     assert maria.replica_max_binlog_cache_size is None  # the sandbox replica writes no binlog
     assert maria.redo_capacity_bytes == 16 * 1024 * 1024
+
+
+# Rendered from values: what may never show in advice text, whatever is unknown.
+LEAKS = ("<pause>", "unknown without", "unknown split", "unknown rows", "about unknown", "None", "nan",
+         "inf s", "{", "sleep  ", "unknown s ")
+RATES = {
+    "no-rate": ApplyRateModel(),
+    "rate": model(),
+    "slow-rate": model(rows_per_second=500),
+}
+LIMITS = {"no-limits": SplitLimits(), "redo": REDO_100_MIB}
+
+
+@pytest.mark.parametrize("kind", list(TxKind), ids=[k.value for k in TxKind])
+@pytest.mark.parametrize("rate", list(RATES))
+@pytest.mark.parametrize("limits", list(LIMITS))
+@pytest.mark.parametrize("statement_based", [False, True], ids=["row-based", "statement-based"])
+def test_advice_text_has_no_placeholder_left(kind: TxKind, rate: str, limits: str,
+                                             statement_based: bool) -> None:
+    extra: dict[str, object] = {}
+    if statement_based:
+        extra = {"rows": 0, "load_data_lines": 3_000_000, "load_data_bytes": 150_000_000,
+                 "source_exec_seconds": 100}
+    s = summary(kind=kind, statement=None if kind is not TxKind.LOAD_DATA else summary().statement,
+                **extra)
+    a = split_advice(s, RATES[rate], LIMITS[limits], 30.0)
+    rendered = "\n".join((a.text, a.reason, *a.commands))
+    for leak in LEAKS:
+        if leak == "{" and kind is TxKind.LOAD_DATA:
+            continue  # MySQL Shell's util.importTable takes a JS object
+        assert leak not in rendered, f"{leak!r} in:\n{rendered}"
+    assert "Worst lag:" in a.text or a.needed is False
+    if a.pause_seconds is None:
+        assert "sleep" not in rendered.replace("sleep 0.1", "") or "lagd gives that pause" in rendered
+    json.dumps(dataclasses.asdict(a), allow_nan=True)
+
+
+def test_worst_lag_says_what_is_known() -> None:
+    unknown = split_advice(summary(), ApplyRateModel(), REDO_100_MIB, 30.0)
+    assert "Worst lag: not known until lagd has measured how fast this replica applies." in unknown.text
+    known = split_advice(summary(), model(), REDO_100_MIB, 30.0, source_rows_per_second=100_000)
+    assert "Worst lag: 250 s without a split; 13.0 s split with the pause; " in known.text
+    assert "needs this replica's measured apply rate" not in known.text

@@ -648,3 +648,140 @@ def test_update_is_deterministic() -> None:
     ]
     a, b = run(LagTracker(), steps), run(LagTracker(), steps)
     assert a == b
+
+
+# --- rates and ETA after a gap without progress ------------------------------------
+#
+# Every scenario ends in the same catch-up: at t = GAP the oldest unapplied
+# transaction committed LAG0 s ago and the SQL thread then gets through 3
+# source-seconds per second, so lag shrinks by 2 s per second and the truth
+# is ETA = lag / 2. What differs is the gap before it; the first sample of
+# the catch-up must not span it.
+
+GAP, LAG0, SPEED = 40, 40.0, 3.0
+
+
+def _gap(kind: str, t: int) -> LagInputs:
+    if kind == "io_stop":  # caught up, nothing arrives
+        return inputs(t, status=status(io_state=IoState.STOPPED, seconds_behind=None), backlog=EMPTY,
+                      applied_transactions=500)
+    if kind == "sql_stop":  # received transactions pile up
+        return inputs(t, status=status(**SQL_STOPPED), backlog=Backlog(10 * t + 1, 100 * t + 1, t + 1, NOW),
+                      applied_transactions=500)
+    if kind == "big_transaction":  # applying one transaction: the position does not move
+        return inputs(t, status=status(seconds_behind=t),
+                      backlog=Backlog(10 * t + 1, 100 * t + 1, t + 1, NOW), applied_transactions=500)
+    if kind == "idle_source":  # caught up, the source writes nothing
+        return inputs(t, status=status(), backlog=EMPTY, applied_transactions=500)
+    raise AssertionError(kind)
+
+
+def _catch_up(k: int) -> LagInputs:
+    oldest = NOW + GAP - LAG0 + SPEED * k
+    return inputs(GAP + k, status=status(seconds_behind=None), backlog=Backlog(1000, 100_000, 1000, oldest),
+                  applied_transactions=500 + 100 * k, applied_rows=1000 * k)
+
+
+@pytest.mark.parametrize("kind", ["io_stop", "sql_stop", "big_transaction", "idle_source"])
+def test_eta_follows_the_truth_after_a_gap_without_progress(kind: str) -> None:
+    tracker = LagTracker(rate_time_constant=10.0)
+    before = [tracker.update(_gap(kind, t)) for t in range(GAP)]
+    catch = [tracker.update(_catch_up(k)) for k in range(int(LAG0 / (SPEED - 1)))]
+    if kind == "big_transaction":
+        # Stalled with work waiting: neither infinite nor a made-up number.
+        assert before[-1].eta is None and "nothing applied" in before[-1].eta_reason
+        assert before[-1].rates.speed == 0.0
+    for k, r in enumerate(catch):
+        truth = (LAG0 - (SPEED - 1) * k) / (SPEED - 1)
+        if k >= 2:  # after its first few seconds
+            assert r.eta is not None and r.eta == pytest.approx(truth, rel=0.25), (k, r.eta, r.eta_reason)
+        if r.eta is not None:
+            assert math.isfinite(r.eta) and r.eta <= 1.25 * truth + 1, (k, r.eta)
+
+
+def test_short_stalls_are_part_of_the_speed() -> None:
+    # Transactions of 2 s each, 4 source-seconds apart: 2 source-seconds per
+    # second on average; the zeros between are real and count.
+    steps = [inputs(t, status=status(), backlog=Backlog(100, 1000, 100, NOW - 100 + 4 * (t // 2)))
+             for t in range(60)]
+    rs = run(LagTracker(rate_time_constant=10.0), steps)
+    assert rs[-1].rates.speed == pytest.approx(2.0, rel=0.3)
+    assert all(r.eta is not None for r in rs[1:])
+
+
+def test_counters_for_rate() -> None:
+    steps = [_catch_up(k) for k in range(5)]
+    rs = run(LagTracker(), steps)
+    assert rs[-1].rates.transactions_total == 900 and rs[-1].rates.rows_total == 4000
+    assert rs[-1].rates.source_seconds_total == pytest.approx(4 * SPEED)
+    no_reader = LagTracker().update(inputs(0, backlog=None))
+    assert no_reader.rates.transactions_total is None and no_reader.rates.rows_total is None
+
+
+@pytest.mark.parametrize(("lag", "delay", "want"), [
+    (100.0, 0, 100.0), (100.0, 60, 40.0), (30.0, 60, 0.0), (None, 60, None),
+])
+def test_lag_without_sql_delay(lag: float | None, delay: int, want: float | None) -> None:
+    from lagd.lag import without_delay  # noqa: PLC0415
+    assert without_delay(lag, status(sql_delay=delay)) == want
+    assert without_delay(10.0, None) is None
+
+
+PROGRESS_CASES = [
+    # (name, [(t, position)], value after the last, stalled_for after the last)
+    ("first-reading", [(0, 10.0)], None, 0.0),
+    ("steady", [(0, 10.0), (1, 13.0), (2, 16.0)], 3.0, 0.0),
+    ("short-stall-counts", [(0, 10.0), (1, 13.0), (2, 13.0)], 3 * math.exp(-0.1) / (math.exp(-0.1) + 1), 1.0),
+    ("long-stall-is-zero", [(0, 10.0), (1, 13.0)] + [(t, 13.0) for t in range(2, 9)], 0.0, 7.0),
+    ("after-a-stall-one-interval", [(0, 10.0), (1, 13.0)] + [(t, 13.0) for t in range(2, 30)] + [(30, 15.0)],
+     2.0, 0.0),
+    ("unknown-restarts", [(0, 10.0), (1, 13.0), (2, None), (3, 20.0)], None, 0.0),
+    ("after-unknown-one-interval", [(0, 10.0), (2, None), (3, 20.0), (4, 25.0)], 5.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("name", "readings", "value", "stalled"), PROGRESS_CASES,
+                         ids=[c[0] for c in PROGRESS_CASES])
+def test_progress_rate(name: str, readings: list[tuple[float, float | None]], value: float | None,
+                       stalled: float) -> None:
+    from lagd.lag_rates import ProgressRate  # noqa: PLC0415
+    rate = ProgressRate(10.0, max_gap=5.0)
+    for at, pos in readings:
+        rate.add(at, pos)
+    assert rate.value == (None if value is None else pytest.approx(value))
+    assert rate.stalled_for(readings[-1][0]) == pytest.approx(stalled)
+
+
+def test_a_stall_is_seen_whatever_the_clock_s_fractions() -> None:
+    # The same oldest commit time read at clock values with fractions: the
+    # position must not drift by float rounding, or the stall goes unseen.
+    oldest = NOW - 123.456789
+    steps = [inputs(t + 0.123456789, status=status(seconds_behind=100),
+                    backlog=Backlog(10, 1000, 10, oldest)) for t in range(12)]
+    rs = run(LagTracker(rate_time_constant=10.0), steps)
+    assert rs[-1].rates.speed == 0.0 and rs[-1].eta is None and "nothing applied" in rs[-1].eta_reason
+
+
+def test_an_odd_first_interval_after_a_stall_does_not_hold_the_speed_down() -> None:
+    # A stall, then an interval that was half stall (0.5 source-s in 1 s),
+    # then 3 source-seconds per second: after 3 more seconds the rate is the
+    # time-weighted mean of those 4 s (about 2.4), where blending interval
+    # rates in would still read about 1.6, the odd interval weighing most.
+    from lagd.lag_rates import ProgressRate  # noqa: PLC0415
+    rate, blended = ProgressRate(10.0, max_gap=5.0), DecayingRate(10.0, counter=False)
+    readings = [(t, 100.0) for t in range(10)] + [(10, 100.5)] + [(10 + k, 100.5 + 3 * k) for k in (1, 2, 3)]
+    for at, pos in readings:
+        rate.add(at, pos)
+    for at, pos in readings[9:]:
+        blended.add(at, pos)
+    assert rate.value == pytest.approx((0.5 + 9 * 1.0) / 4, rel=0.05)  # 9.5 source-s in 4 s, decayed a little
+    assert blended.value is not None and blended.value < 1.7
+
+
+def test_a_slow_poll_is_not_a_gap() -> None:
+    # Polled every 10 s, one interval without progress is not yet a stall.
+    steps = [inputs(10 * k, status=status(seconds_behind=100),
+                    backlog=Backlog(10, 1000, 10, NOW - 100 + (30 * k if k < 5 else 120)))
+             for k in range(6)]
+    rs = run(LagTracker(rate_time_constant=60.0), steps)
+    assert rs[-1].rates.speed is not None and rs[-1].rates.speed > 0 and rs[-1].eta is not None

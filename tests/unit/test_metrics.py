@@ -84,11 +84,11 @@ FULL: list[tuple[str, dict[str, str], Any]] = [
     ("lagd_replication_lag_average_seconds", {**CH, "window": "15m"}, 10.0),
     ("lagd_clock_offset_seconds", CH, 0.004),
     ("lagd_clock_skew", CH, 0.0),
-    ("lagd_replication_lag_histogram_seconds_bucket", {**CH, "le": "0.1"}, 1.0),
-    ("lagd_replication_lag_histogram_seconds_bucket", {**CH, "le": "60.0"}, 3.0),
-    ("lagd_replication_lag_histogram_seconds_bucket", {**CH, "le": "+Inf"}, 3.0),
-    ("lagd_replication_lag_histogram_seconds_count", CH, 3.0),
-    ("lagd_replication_lag_histogram_seconds_sum", CH, 45.55),
+    ("lagd_replication_lag_observed_seconds_bucket", {**CH, "le": "0.1"}, 1.0),
+    ("lagd_replication_lag_observed_seconds_bucket", {**CH, "le": "60.0"}, 3.0),
+    ("lagd_replication_lag_observed_seconds_bucket", {**CH, "le": "+Inf"}, 3.0),
+    ("lagd_replication_lag_observed_seconds_count", CH, 3.0),
+    ("lagd_replication_lag_observed_seconds_sum", CH, 45.55),
     ("lagd_up", {"subsystem": "heartbeat"}, 1.0),
     ("lagd_subsystem_last_success_timestamp_seconds", {"subsystem": "advisor"}, NOW - 20),
     ("lagd_subsystem_duration_seconds", {"subsystem": "replica_status"}, 0.003),
@@ -206,7 +206,14 @@ def test_stale_and_last_success_stay_for_every_method_while_lag_is_unknown() -> 
     [
         ({"upcoming": []}, "lagd_upcoming_transaction_bytes", 0.0),  # known: nothing big is coming
         ({"upcoming": []}, "lagd_upcoming_transactions", 0.0),
-        ({"upcoming": [{"bytes": 5}]}, "lagd_upcoming_transaction_stall_seconds", 0.0),
+        ({"upcoming": []}, "lagd_upcoming_transaction_stall_seconds", 0.0),  # nothing coming
+        # An unknown estimate is absent, not 0 (an alert on > 300 must not be fooled).
+        ({"upcoming": [{"bytes": 5}]}, "lagd_upcoming_transaction_stall_seconds", ABSENT),
+        ({"upcoming": [{"estimated_seconds": 900.0}, {"estimated_seconds": None}]},
+         "lagd_upcoming_transaction_stall_seconds", ABSENT),
+        # Being applied: what remains of it, not the whole estimate.
+        ({"upcoming": [{"estimated_seconds": 900.0, "remaining_seconds": 120.0},
+                       {"estimated_seconds": 60.0}]}, "lagd_upcoming_transaction_stall_seconds", 120.0),
         ({"advice": []}, "lagd_upcoming_transaction_bytes", ABSENT),  # not reported: not known
         ({}, "lagd_large_transactions_seen_total", ABSENT),
         (full_advisor(), "lagd_upcoming_transactions", 2.0),
@@ -276,7 +283,7 @@ def scrape_fn(fn: Callable[[], Snapshot]) -> Samples:
 
 def test_types() -> None:
     types = families(full_snapshot())
-    assert types["lagd_replication_lag_histogram_seconds"] == "histogram"
+    assert types["lagd_replication_lag_observed_seconds"] == "histogram"
     assert types["lagd_prefetch_probe_duration_seconds"] == "summary"
     assert types["lagd_prefetch_probes"] == "counter"
     assert types["lagd_large_transactions_seen"] == "counter"
@@ -291,3 +298,18 @@ def test_every_exported_family_is_documented() -> None:
     assert exported - documented == set(), "exported but not in docs/metrics.md"
     assert {d for d in documented if not d.endswith(("_bucket", "_sum", "_count"))} - exported == set(), \
         "documented but not exported"
+
+
+def test_promtool_check_metrics_on_every_unit_snapshot() -> None:
+    """The exposition passes promtool's lint (names, types, HELP) in every
+    shape the unit snapshots take; tests/integration/test_prometheus_scrape.py
+    does the same on scrapes of a live daemon."""
+    import subprocess  # noqa: PLC0415
+
+    from promql_names import promtool  # noqa: PLC0415
+
+    for snapshot_fn in (full_snapshot, stopped_sql_snapshot, empty_snapshot):
+        text = render(snapshot_fn)
+        got = subprocess.run([promtool(), "check", "metrics"], input=text, capture_output=True, timeout=60,
+                             check=False)
+        assert got.returncode == 0, (snapshot_fn.__name__, got.stdout + got.stderr)

@@ -20,16 +20,20 @@ work at its start (state ``applying``, or ``io_stopped`` with a backlog):
 it then worked all the interval, or until it ran out of work, which
 overstates the seconds by less than one poll. An interval that starts idle
 or stopped does not count (its bytes are dropped with its seconds). Bytes
-and rows of a transaction count when the SQL thread has passed its end, so
-a long transaction shows as seconds of nothing and then a jump: the rate is
-a ratio of sums, which that does not bias. Intervals waiting out SQL_Delay,
-longer than ``MAX_POLL_GAP`` seconds, or without the look-ahead's backlog
-(the counters do not move then) are not counted.
+and rows of a transaction count when the SQL thread has passed its end.
+Intervals spent inside a big transaction are not counted as intervals:
+their seconds have no rows yet, and counting them would drag the rate down
+(and the estimate of the very transaction being applied up) for as long as
+it applies. The big transaction is counted instead when it ends, its bytes
+and rows over the seconds it took. Intervals waiting out SQL_Delay, longer
+than ``MAX_POLL_GAP`` seconds, or without the look-ahead's backlog (the
+counters do not move then) are not counted.
 
-A table's own rate comes from its big transactions, each timed from the
-polls around its start and its end (midpoints: about a poll interval of
-error, so only transactions of several seconds weigh in, see
-``ApplyRateModel.min_seconds``).
+Big transactions are timed from the polls around their start and their end
+(midpoints: about a poll interval of error, so only transactions of several
+seconds weigh in, see ``ApplyRateModel.min_seconds``); that also gives a
+table its own rate. While one applies, its remaining stall is the estimate
+less the seconds it has applied, and unknown once it runs past the estimate.
 """
 
 from __future__ import annotations
@@ -85,6 +89,7 @@ __all__ = [
     "UpcomingView",
     "advice_dicts",
     "gather_replica",
+    "stall_remaining",
 ]
 
 log = logging.getLogger("lagd.advisor")
@@ -199,6 +204,7 @@ class UpcomingView:
     in_progress: bool
     applying: bool
     applying_since: float | None
+    remaining_seconds: float | None = None  # the stall still ahead; shrinks while it applies
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +271,8 @@ class AdvisorSnapshot:
             return _build(ApplyRateView, r, tables=lambda t: {k: rate(v) for k, v in (t or {}).items()})
 
         def upcoming(u: Mapping[str, Any]) -> UpcomingView:
+            # Recorded before the remaining stall was reported: nothing applied yet, so all of it.
+            u = {"remaining_seconds": u.get("estimated_seconds"), **u}
             return _build(UpcomingView, u, tables=lambda t: tuple(t or ()),
                           split=lambda x: None if x is None else _build(
                               SplitView, x, commands=lambda c: tuple(c or ())))
@@ -362,6 +370,8 @@ class AdvisorRuntime:
         self._pos: RelayPosition | None = None  # the SQL thread's, from the last poll
         self._dropped: list[TransactionSummary] = []  # applied since the last observe_rates
         self._tracks: dict[_Key, _Track] = {}
+        self._inside: _Key | None = None  # the big transaction the SQL thread was in at the last poll
+        self._sql_running = False  # at the last poll
         self._prev: _Poll | None = None
         self._server: ServerSettings | None = None
         self._limits: SplitLimits | None = None
@@ -396,6 +406,7 @@ class AdvisorRuntime:
         What was counted stays counted, and is not counted again when read again."""
         self.lookahead.clear()
         self._tracks.clear()
+        self._inside = None
         self._dropped.clear()
         self._read_pos = None
 
@@ -488,12 +499,16 @@ class AdvisorRuntime:
             return
         if reading is None:
             self._prev = None
+            self._sql_running = False
             self._dropped.clear()
             return
+        self._sql_running = reading.state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED,
+                                              ReplicaState.IDLE)
         busy = _busy(reading)
         cur = _Poll(reading.at, backlog.applied_bytes, backlog.applied_rows, busy)
         prev, self._prev = self._prev, cur
-        if prev is not None and prev.busy and reading.backlog is not None:
+        # An interval that began inside a big transaction is counted with it, when it ends.
+        if prev is not None and prev.busy and reading.backlog is not None and self._inside is None:
             dt = cur.at - prev.at
             nbytes, rows = cur.bytes - prev.bytes, cur.rows - prev.rows
             if 0 < dt <= MAX_POLL_GAP and nbytes >= 0 and rows >= 0:
@@ -509,12 +524,13 @@ class AdvisorRuntime:
             if tr is None or prev_at is None:
                 continue  # applied within one poll, or the polls around its end are too far apart
             seconds = (tr.last_in + now) / 2 - tr.started
-            if s.table is not None and seconds > 0:
-                self.model.observe_table(s.table, s.size_bytes, s.rows_estimate, seconds)
+            if seconds > 0:
+                self.model.observe(s.size_bytes, s.rows_estimate, seconds, table=s.table)
             log.info("big transaction applied: %s in about %s (estimated %s when it started)",
                      s.describe(), _secs(seconds), _secs(tr.estimate),
                      extra={"kind": s.kind.value, "rows": s.rows_estimate, "bytes": s.size_bytes,
                             "gtid": s.gtid, "applied_seconds": seconds, "estimated_seconds": tr.estimate})
+        self._inside = None
         head = self.lookahead.next_coming() or self.lookahead.in_progress(self._read_pos)
         if head is None or self._pos is None or head.start > self._pos:
             return
@@ -528,8 +544,10 @@ class AdvisorRuntime:
             if len(self._tracks) > 16:
                 self._tracks.clear()  # leftovers of transactions never seen to end
             self._tracks[key] = _Track(prev_at, now, now, self.model.estimate_seconds(head)[0])
+            self._inside = key
         else:
             tr.last_in = now
+            self._inside = key
 
     # ----- settings, every half minute -----------------------------------
 
@@ -632,8 +650,13 @@ class AdvisorRuntime:
         est, basis = self.model.estimate_seconds(t)
         split = self._split(t)
         pos = self._pos
-        applying = pos is not None and t.start <= pos and (t.end is None or pos < t.end)
+        # "Applying" only while the SQL thread runs: stopped, it rolled the transaction back.
+        applying = (self._sql_running and pos is not None and t.start <= pos
+                    and (t.end is None or pos < t.end))
         tr = self._tracks.get(_key(t)) if applying else None
+        remaining = est
+        if tr is not None and self._prev is not None:
+            remaining = stall_remaining(est, self._prev.at - tr.started)
         return UpcomingView(
             gtid=t.gtid, kind=t.kind.value, kind_reason=t.kind_reason,
             rows=t.rows_estimate, rows_are_file_lines=t.rows == 0 and bool(t.load_data_lines),
@@ -644,4 +667,15 @@ class AdvisorRuntime:
             estimated_seconds=_finite(est), estimate_basis=basis,
             split=None if split is None else split_view(split, self._limits is not None),
             in_progress=not t.complete,
-            applying=applying, applying_since=tr.started if tr is not None else None)
+            applying=applying, applying_since=tr.started if tr is not None else None,
+            remaining_seconds=_finite(remaining))
+
+
+def stall_remaining(estimate: float | None, applied_for: float) -> float | None:
+    """Seconds a big transaction still holds the SQL thread, ``applied_for``
+    seconds into it: the estimate less what has passed, so it shrinks as it
+    applies. Unknown (None) without an estimate, or once the transaction has
+    run past it: the estimate proved wrong and there is no better one."""
+    if estimate is None or applied_for > estimate:
+        return None
+    return estimate - max(0.0, applied_for)

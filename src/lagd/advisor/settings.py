@@ -247,8 +247,10 @@ def statement_load_data(s: ServerSettings) -> Advice:
     if not s.writes_binlog:
         return _na(rule, sev, "the source writes no binary log (log_bin=OFF)")
     fmt = (s.var("binlog_format") or "").upper()
+    if not fmt:
+        return _na(rule, sev, "binlog_format was not read: how LOAD DATA is logged is not known")
     if fmt != "STATEMENT":
-        return _quiet(rule, sev, f"binlog_format={fmt or 'unknown'}: LOAD DATA is logged row-based "
+        return _quiet(rule, sev, f"binlog_format={fmt}: LOAD DATA is logged row-based "
                                  "(MIXED logs it row-based too: it is unsafe for statement logging)")
     advice = ("LOAD DATA is logged statement-based: the whole file travels in the binary log, and each "
               "replica writes it to its load tmpdir, then re-runs the load as one transaction for about "
@@ -329,7 +331,8 @@ def log_buffer_waits(s: ServerSettings) -> Advice:
         return _na(rule, sev, f"no Innodb_log_waits status on {s.flavor}")
     size = s.int_var("innodb_log_buffer_size")
     dynamic = s.flavor.is_mysql and s.flavor.version >= (8, 0, 0)
-    advice = (f"Raise innodb_log_buffer_size (now {size if size is not None else 'unknown'} bytes), e.g. "
+    now = f" (now {size:,} bytes)" if size is not None else ""
+    advice = (f"Raise innodb_log_buffer_size{now}, e.g. "
               f"to 64 MiB{' with SET GLOBAL (dynamic)' if dynamic else ' in the configuration (a restart)'}.")
     caveat = "Memory, once. It helps only if the waits grow while big transactions run."
     if s.log_waits_delta is not None:
@@ -563,9 +566,9 @@ def buffer_pool_working_set(s: ServerSettings) -> Advice:
     if miss < 0.01:
         return _quiet(rule, sev, f"read-miss rate {miss:.2%} ({reads:,} of {requests:,} page requests)")
     size = s.int_var("innodb_buffer_pool_size")
-    shown = f"{size:,} bytes" if size is not None else "unknown"
+    shown = f" (innodb_buffer_pool_size={size:,} bytes)" if size is not None else ""
     return Advice(rule, True, sev,
-                  f"The buffer pool (innodb_buffer_pool_size={shown}) is far smaller than the pages the "
+                  f"The buffer pool{shown} is far smaller than the pages the "
                   "SQL thread touches. Grow it (dynamic on MySQL 5.7.5+ and MariaDB 10.2+), or let lagd "
                   "prefetch the pages ahead of the SQL thread.",
                   "A one-off scan (backup, report query) causes misses too: judge over a window where the "

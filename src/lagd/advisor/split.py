@@ -211,14 +211,21 @@ def split_advice(
                        commands, reason, text)
 
 
+_NO_PAUSE = ("pause between chunks as long as the replica takes to apply one: lagd gives that pause "
+             "once it has measured this replica's apply rate")
+
+
 def _commands(summary: TransactionSummary, chunk_rows: int | None, chunk_b: float | None,
               pause: float | None, rows_ps: float | None) -> tuple[str, ...]:
+    """Commands for the kind; every number in them is a value lagd has (an
+    unknown pause leaves the sleep out and says so, never a placeholder).
+    The <...> left are the user's own: their condition, their file options."""
     if not chunk_rows:
         return ()
-    sleep = f"{pause:.1f}" if pause is not None else "<pause>"
     table = summary.table or "<table>"
     key = f"`{summary.key_columns[0]}`" if summary.key_columns else "<primary key>"
     text = summary.statement or ""
+    then = f"sleep {pause:.1f} s; repeat" if pause is not None else f"repeat ({_NO_PAUSE})"
     if summary.kind is TxKind.LOAD_DATA:
         path, target = load_data_target(text, summary.default_schema)
         path = path or "<file>"
@@ -228,6 +235,7 @@ def _commands(summary: TransactionSummary, chunk_rows: int | None, chunk_b: floa
                     if summary.load_data_bytes and summary.load_data_lines else summary.bytes_per_row)
         approx = ("" if summary.load_data_lines
                   else "  // file bytes per row approximated by its row-event bytes")
+        sleep = f"  sleep {pause:.1f}\n" if pause is not None else f"  # {_NO_PAUSE}\n"
         out = [
             f"FIFO=\"$PWD/lagd-chunks.fifo\"\n"
             f"pt-fifo-split --fifo \"$FIFO\" --lines {chunk_rows} '{path}' &\n"
@@ -235,7 +243,7 @@ def _commands(summary: TransactionSummary, chunk_rows: int | None, chunk_b: floa
             f"while [ -e \"$FIFO\" ]; do\n"
             f"  mysql --local-infile=1 -e \"LOAD DATA LOCAL INFILE '$FIFO' "
             f"INTO TABLE \\`{schema}\\`.\\`{tbl}\\` <your FIELDS/LINES options>\" || break\n"
-            f"  sleep {sleep}\n"
+            f"{sleep}"
             f"done"
         ]
         if file_bpr:
@@ -245,20 +253,35 @@ def _commands(summary: TransactionSummary, chunk_rows: int | None, chunk_b: floa
                        f"bytesPerChunk: \"{int(chunk_rows * file_bpr)}\"{rate}}}){approx}")
         return tuple(out)
     if summary.kind is TxKind.INSERT_SELECT:
-        return (f"-- one key range per statement, each its own transaction (autocommit), {sleep} s apart:\n"
+        apart = f", {pause:.1f} s apart" if pause is not None else f"; {_NO_PAUSE}"
+        return (f"-- one key range per statement, each its own transaction (autocommit){apart}:\n"
                 f"INSERT INTO {table} SELECT ... FROM <source table> WHERE <source key> >= @lo "
                 f"AND <source key> < @lo + {chunk_rows};  -- then SET @lo = @lo + {chunk_rows}",)
     if summary.kind is TxKind.BULK_UPDATE:
         return (f"UPDATE {table} SET ... WHERE <your condition> AND {key} >= @lo AND {key} < @lo + "
-                f"{chunk_rows};  -- autocommit; SET @lo = @lo + {chunk_rows}; sleep {sleep} s; repeat",)
+                f"{chunk_rows};  -- autocommit; SET @lo = @lo + {chunk_rows}; {then}",)
     if summary.kind is TxKind.BULK_DELETE:
         db, _, tbl = table.partition(".")
+        archiver_sleep = f" --sleep {max(1, math.ceil(pause))}" if pause is not None else ""
         return (f"DELETE FROM {table} WHERE <your condition> ORDER BY {key} LIMIT {chunk_rows};  "
-                f"-- autocommit; sleep {sleep} s; repeat until it deletes 0 rows",
+                f"-- autocommit; {then} until it deletes 0 rows",
                 f"pt-archiver --source D={db},t={tbl or '<table>'} --purge --where '<your condition>' "
-                f"--limit {chunk_rows} --commit-each --sleep {max(1, math.ceil(pause or 0))}")
-    return (f"Commit every {chunk_rows:,} rows (about {_bytes(chunk_b)}), {sleep} s apart, instead of "
-            "once at the end.",)
+                f"--limit {chunk_rows} --commit-each{archiver_sleep}")
+    apart = f", {pause:.1f} s apart," if pause is not None else ""
+    tail = "" if pause is not None else f"; {_NO_PAUSE}"
+    return (f"Commit every {chunk_rows:,} rows (about {_bytes(chunk_b)}){apart} instead of "
+            f"once at the end{tail}.",)
+
+
+def _worst_lag(apply_s: float | None, t_chunk: float | None, no_pause: float | None) -> str:
+    """The worst-lag sentence from the values known; never a list of unknowns."""
+    parts = [f"{_secs(v)} {what}" for v, what in (
+        (apply_s, "without a split"), (t_chunk, "split with the pause"), (no_pause, "split without it"))
+        if v is not None]
+    if not parts:
+        return "Worst lag: not known until lagd has measured how fast this replica applies."
+    missing = "" if len(parts) == 3 else " (the rest needs this replica's measured apply rate)"
+    return f"Worst lag: {'; '.join(parts)}{missing}."
 
 
 def _text(summary: TransactionSummary, needed: bool | None, reason: str, chunk_rows: int | None,
@@ -269,17 +292,17 @@ def _text(summary: TransactionSummary, needed: bool | None, reason: str, chunk_r
     verdict = {True: "Split it", False: "No split needed", None: "Split advice incomplete"}[needed]
     lines.append(f"{verdict}: {reason}.")
     if chunk_rows or chunk_b:
-        rows = f"{chunk_rows:,} rows" if chunk_rows else "unknown rows"
-        lines.append(f"Chunk: {rows} (about {_bytes(chunk_b)}) per transaction"
+        size = (f"{chunk_rows:,} rows (about {_bytes(chunk_b)})" if chunk_rows and chunk_b
+                else f"{chunk_rows:,} rows" if chunk_rows else f"about {_bytes(chunk_b)}")
+        lines.append(f"Chunk: {size} per transaction"
                      + (f", {chunks:,} chunks" if chunks and chunks > 1 else
                         ": one chunk holds the whole transaction" if chunks == 1 else "") + ".")
-    if pause is not None:
+    if pause is not None and t_chunk is not None:
         src = (f"the source writes a chunk in {_secs(t_src)}" if t_src is not None
                else "the source's rate is unknown, so the pause is a whole chunk's apply time")
         lines.append(f"Pause {_secs(pause)} between chunks: the replica applies a chunk in "
                      f"{_secs(t_chunk)} and {src}.")
-    lines.append(f"Worst lag: {_secs(apply_s)} without a split; "
-                 f"{_secs(t_chunk)} split with the pause; {_secs(no_pause)} split without it.")
+    lines.append(_worst_lag(apply_s, t_chunk, no_pause))
     lines.extend(commands)
     if summary.kind is TxKind.LOAD_DATA:
         lines.append(SQL_LOG_BIN_NOTE)

@@ -179,7 +179,12 @@ def _transaction_title(i: int, u: Mapping[str, Any]) -> str:
 
 
 def _transaction_body(u: Mapping[str, Any]) -> list[str]:
-    lines = [f"estimated stall: {_secs(u.get('estimated_seconds'))} ({u.get('estimate_basis')})",
+    stall = f"estimated stall: {_secs(u.get('estimated_seconds'))} ({u.get('estimate_basis')})"
+    if u.get("applying") and u.get("applying_since") is not None:
+        left = u.get("remaining_seconds")
+        stall += (f"; about {_secs(left)} left" if left is not None
+                  else "; it has run past the estimate, so what is left is unknown")
+    lines = [stall,
              f"kind: {u.get('kind_reason')}"]
     split = u.get("split")
     if isinstance(split, Mapping) and split.get("text"):

@@ -1,4 +1,7 @@
-"""``lagctl config validate [FILE]``: check a configuration before lagd loads it.
+"""``lagctl config validate [FILE]``: check a configuration before lagd loads it;
+``lagctl config example [WHAT]``: the files shipped with lagd (example config,
+systemd unit, Prometheus alert rules, Grafana dashboard), so an install from
+a wheel has them.
 
 It loads the file exactly as the daemon does, so "valid" here means the
 daemon will accept it on start and on reload. Output is made for a terminal
@@ -8,16 +11,43 @@ file like a compiler's, exit 2; or one summary line on stdout, exit 0.
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 import click
 
 from lagd.config import DEFAULT_CONFIG_PATH, ConfigError, CredentialError, Settings, load_settings
 
+# WHAT -> file in the package's data/ directory.
+EXAMPLES = {
+    "config": "lagd.toml",
+    "unit": "lagd.service",
+    "alerts": "lagd-alerts.yml",
+    "dashboard": "lagd-dashboard.json",
+}
+
+
+def example_text(what: str) -> str:
+    """The shipped file named by ``what`` (a key of :data:`EXAMPLES`)."""
+    return resources.files("lagd").joinpath("data", EXAMPLES[what]).read_text(encoding="utf-8")
+
 
 @click.group()
 def config() -> None:
-    """Check lagd's configuration file."""
+    """Check lagd's configuration file, or print the files shipped with lagd."""
+
+
+@config.command()
+@click.argument("what", type=click.Choice(sorted(EXAMPLES)), default="config")
+def example(what: str) -> None:
+    """Print a shipped file: config (commented lagd.toml, the default), unit
+    (systemd), alerts (Prometheus rules) or dashboard (Grafana).
+
+    \b
+    lagctl config example > /etc/lagd/lagd.toml
+    lagctl config example unit > /etc/systemd/system/lagd.service
+    """
+    click.echo(example_text(what), nl=False)
 
 
 @config.command()

@@ -39,6 +39,7 @@ from prometheus_client.metrics_core import (
 from prometheus_client.registry import CollectorRegistry
 
 from lagd.advisor.lookahead import TxKind
+from lagd.advisor.runtime import UpcomingView
 from lagd.daemon.state import Snapshot
 from lagd.lag import LagMethod, LagReading, ReplicaState
 
@@ -184,18 +185,22 @@ def lag_metrics(s: Snapshot) -> Iterator[Metric]:
                      "The lag lagd reports: heartbeat if it has a value, else event_time, else sbm; "
                      "absent when none has one.", ["channel"])
     _add(primary, [ch], r.lag)
+    undelayed = _gauge("lagd_replication_lag_undelayed_seconds",
+                       "The primary lag minus the configured SQL_Delay, never below 0: comparable with "
+                       "mysqld-mixin's mysql_slave_lag_seconds; absent when the lag is unknown.", ["channel"])
+    _add(undelayed, [ch], r.lag_without_delay)
     primary_method = _gauge("lagd_replication_lag_primary_method",
                             "1 for the method lagd_replication_lag_primary_seconds comes from, 0 for the "
                             "others; all 0 when no method has a value.", ["channel", "method"])
     for method in LagMethod:
         primary_method.add_metric([ch, method.value], 1.0 if r.lag_method is method else 0.0)
-    yield from _nonempty((value, last, stale, clamped, primary, primary_method))
+    yield from _nonempty((value, last, stale, clamped, primary, undelayed, primary_method))
     yield from _lag_summaries(ch, r)
 
 
 def _lag_summaries(ch: str, r: LagReading) -> Iterator[Metric]:
     h = r.histogram
-    hist = HistogramMetricFamily("lagd_replication_lag_histogram_seconds",
+    hist = HistogramMetricFamily("lagd_replication_lag_observed_seconds",
                                  "Primary lag, one observation per poll.", labels=["channel"])
     hist.add_metric([ch], [(_le(b), float(c)) for b, c in zip(h.bounds, h.counts, strict=True)],
                     h.sum)
@@ -248,7 +253,18 @@ def _lag_summaries(ch: str, r: LagReading) -> Iterator[Metric]:
         g = _gauge(name, doc, ["channel"])
         _add(g, [ch], v)
         rates.append(g)
-    yield from _nonempty((avg, covered, clock, skew, *backlog, *rates))
+    counters = []
+    for name, doc, v in (
+        ("lagd_applied_transactions", "Transactions the SQL thread applied since lagd started (counted "
+         "from the relay log: absent without the relay-log reader).", r.rates.transactions_total),
+        ("lagd_applied_rows", "Row changes the SQL thread applied since lagd started.", r.rates.rows_total),
+        ("lagd_applied_source_seconds", "Source-seconds the SQL thread's position advanced while it had "
+         "work, since lagd started: rate() of it is the apply speed.", r.rates.source_seconds_total),
+    ):
+        c = _counter(name, doc, ["channel"])
+        _add(c, [ch], v)
+        counters.append(c)
+    yield from _nonempty((avg, covered, clock, skew, *backlog, *rates, *counters))
 
 
 def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
@@ -344,6 +360,16 @@ def _biggest(values: Iterable[float | int | None]) -> float:
     return float(max((v for v in values if v is not None), default=0.0))
 
 
+def _longest_stall(upcoming: Iterable[UpcomingView]) -> float | None:
+    """The longest remaining stall; None (unknown) when any big transaction's is unknown."""
+    longest = 0.0
+    for u in upcoming:
+        if u.remaining_seconds is None:
+            return None
+        longest = max(longest, u.remaining_seconds)
+    return longest
+
+
 def _rank(fired: bool, severity: str) -> tuple[bool, int]:
     return fired, -_SEVERITY_RANK.get(severity, len(_SEVERITY_RANK))
 
@@ -359,12 +385,16 @@ def advisor_metrics(s: Snapshot) -> Iterator[Metric]:
              "Size of the largest big transaction received but not applied; 0 when none."),
             ("lagd_upcoming_transaction_rows", [u.rows for u in a.upcoming],
              "Row changes of the largest big transaction received but not applied; 0 when none."),
-            ("lagd_upcoming_transaction_stall_seconds", [u.estimated_seconds for u in a.upcoming],
-             "Estimated seconds the SQL thread will spend on the longest coming big transaction."),
         ):
             g = _gauge(name, doc, ["channel"])
             g.add_metric([ch], _biggest(values))
             yield g
+        stall = _gauge("lagd_upcoming_transaction_stall_seconds",
+                       "Estimated seconds the SQL thread will still spend on the longest big transaction "
+                       "received but not applied (shrinks while it applies); 0 when none; absent while "
+                       "one's estimate is unknown.", ["channel"])
+        _add(stall, [ch], _longest_stall(a.upcoming))
+        yield from _nonempty((stall,))
         n = _gauge("lagd_upcoming_transactions", "Big transactions received but not applied.", ["channel"])
         n.add_metric([ch], float(len(a.upcoming)))
         yield n

@@ -1,0 +1,1 @@
+"""Files shipped with lagd (links into config/ and systemd/ in the source): ``lagctl config example``."""

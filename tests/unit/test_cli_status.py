@@ -404,3 +404,14 @@ def test_a_fault_shows_on_the_screen_with_its_fix_and_duration() -> None:
     assert ("fault      replica_status: replica 127.0.0.1:3306: Access denied for user 'lagd' (error 1045) "
             "(fix: check replica.user and the password); for 125 s (2 min)") in text
     assert "relay_log" not in text
+
+
+@pytest.mark.parametrize(("name", "code"),
+                         [("caught_up", WARNING), ("lagging", WARNING), ("sql_error", CRITICAL)])
+def test_a_refused_reload_is_on_the_verdict_and_the_screen(name: str, code: int) -> None:
+    doc = load(name)
+    doc["config_error"] = "reload refused, still running on the previous config: lag.poll_interval: bad"
+    got, line = verdict(doc, 60, 300)
+    assert got == code and "reload refused" in line
+    rows = screen_rows(doc, Origin("daemon", "http://127.0.0.1:9904", None))
+    assert any(r.label == "config" and "reload refused" in r.text for r in rows)

@@ -44,6 +44,19 @@ _MAX_LINE = 300  # a Last_SQL_Error can be long; Nagios keeps only so much of a 
 
 
 def verdict(snapshot: Mapping[str, Any] | None, warn: float, crit: float) -> tuple[int, str]:
+    """The lag verdict, raised to WARNING when the daemon refused a reload:
+    it runs on a config that is not the one on disk, which on-call must know
+    even while replication is fine."""
+    code, line = _lag_verdict(snapshot, warn, crit)
+    refused = _map(snapshot).get("config_error") if snapshot else None
+    if refused and code == OK:
+        return WARNING, _line(WARNING, f"{line.removeprefix('OK: ')}; {refused}")
+    if refused:
+        return code, _line(code, f"{line.split(': ', 1)[-1]}; {refused}")
+    return code, line
+
+
+def _lag_verdict(snapshot: Mapping[str, Any] | None, warn: float, crit: float) -> tuple[int, str]:
     """The Nagios code and the one-line verdict for a ``/status`` document.
 
     Precedence, first match wins: no lag reading, or a reading older than the
@@ -114,7 +127,7 @@ def _age(snapshot: Mapping[str, Any], lag: Mapping[str, Any]) -> float | None:
 
 def _stale_limit(snapshot: Mapping[str, Any]) -> float:
     lag_settings = _map(_map(snapshot.get("settings")).get("lag"))
-    stale_after = _num(lag_settings.get("stale_after")) or 30.0
+    stale_after = _num(lag_settings.get("stale_after")) or 10.0  # the daemon's default (defaults.toml)
     poll = _num(lag_settings.get("poll_interval")) or 1.0
     # A few missed polls are a slow server, not a stuck daemon.
     return max(stale_after, 3 * poll)
@@ -230,6 +243,8 @@ def screen_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:
     lag = snap.get("lag") if isinstance(snap.get("lag"), Mapping) else None
     rows += _replica_rows(snap, status)
     rows += _fault_rows(snap)
+    if snap.get("config_error"):
+        rows.append(Row("config", str(snap["config_error"]), "warn"))
     rows += _lag_rows(snap, lag, origin)
     rows += _progress_rows(lag, origin)
     rows += _prefetch_rows(snap, origin)

@@ -327,13 +327,16 @@ def test_usage_mistakes_are_unknown_not_critical(tmp_path: Path, args: list[str]
     assert result.exit_code == UNKNOWN and text in result.output
 
 
-def test_bad_config_is_one_line(tmp_path: Path) -> None:
+def test_bad_config_is_said_in_one_line_and_the_screen_goes_on(tmp_path: Path) -> None:
+    # A refused SIGHUP leaves the daemon on its old config while the file is
+    # broken: that is when on-call runs lagctl status, so it must still ask.
     bad = tmp_path / "bad.toml"
     bad.write_text("[prefetch]\nconections = 4\n")
-    result = run("--config", str(bad))
-    assert result.exit_code == UNKNOWN
-    assert result.output.strip().count("\n") == 0
-    assert "did you mean prefetch.connections?" in result.output
+    result = run("--config", str(bad), "--url", "http://127.0.0.1:9")
+    assert result.exit_code == UNKNOWN  # nothing answers here: neither daemon nor replica
+    first = result.output.splitlines()[0]
+    assert "did you mean prefetch.connections?" in first and "built-in defaults" in first
+    assert "Traceback" not in result.output
 
 
 def test_watch_ends_cleanly_on_ctrl_c(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -618,8 +618,13 @@ def _settings(config_file: Path | None) -> tuple[Settings, Path | None]:
     try:
         return load_settings(path), path
     except ConfigError as e:
+        # A broken file is exactly when on-call needs the screen (a refused
+        # SIGHUP leaves the daemon on its previous config): say so, and go on
+        # with the built-in defaults to ask the daemon, which knows its config.
         problems = "; ".join(e.problems)
-        raise _fail(f"{path}: {problems} (check it with: lagctl config validate {path})") from None
+        click.echo(f"lagctl: {path}: {problems}; using the built-in defaults for lagctl itself "
+                   f"(check it with: lagctl config validate {path})", err=True)
+        return load_settings(None), None
 
 
 def _is_terminal() -> bool:

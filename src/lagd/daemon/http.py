@@ -36,7 +36,11 @@ log = logging.getLogger("lagd.daemon.http")
 LIVENESS_SECONDS = 10.0
 HEADER_TIMEOUT = 10.0  # seconds for a request's headers to arrive
 IDLE_TIMEOUT = 30.0  # seconds a kept-alive connection may wait for its next request
-MAX_CONNECTIONS = 64
+# Bounds file descriptors, not work: a burst of scrapes (several Prometheus
+# servers, a dashboard refresh, gh-ost polling) must still be answered, while
+# the header and idle deadlines are what close slow or silent clients. 512 plus
+# lagd's own MySQL sessions stays under systemd's default soft LimitNOFILE=1024.
+MAX_CONNECTIONS = 512
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 SnapshotFn = Callable[[], Snapshot]
@@ -71,7 +75,10 @@ def make_app(snapshot_fn: SnapshotFn, extra: Mapping[str, Handler] | None = None
     app = web.Application()
     for key, handler in {**routes(snapshot_fn), **(extra or {})}.items():
         method, _, path = key.partition(" ")
-        app.router.add_route(method, path, handler)
+        if method == "GET":
+            app.router.add_get(path, handler)  # and HEAD: gh-ost's --throttle-http sends HEAD
+        else:
+            app.router.add_route(method, path, handler)
     return app
 
 

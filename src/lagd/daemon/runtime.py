@@ -320,6 +320,12 @@ class Runtime:
             why = restart_reason(prev.status if prev else None, cur.status, asked_before=asked,
                                  seen=self._seen if self._reader is not None else None)
             pos = RelayPosition(cur.status.relay_log_file, cur.status.relay_log_pos)
+            if why is not None and prev is not None and prev.status is not None and pos.file in self._seen \
+                    and not pos < RelayPosition(prev.status.relay_log_file, prev.status.relay_log_pos):
+                # Still the relay log the reader read (a thread restart, not a new
+                # log): what the SQL thread got through since the last poll was
+                # applied; count it before repositioning, or the counters lose it.
+                self.backlog.applied_up_to(pos)
             if why is not None:
                 self._reposition(pos, why)
             self.backlog.applied_up_to(pos)

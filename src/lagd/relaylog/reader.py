@@ -387,7 +387,7 @@ class RelayLogReader:
     def _gone(self, fh: BinaryIO, size: int, listed: Path | None) -> str | None:
         """Why the open file is no longer the one its name stands for, if so."""
         if listed is None:
-            return "left the relay-log index (purged)"
+            return "left the relay-log index (purged, or deleted when the relay log was started anew)"
         try:
             st = os.stat(listed)
         except FileNotFoundError:

@@ -73,6 +73,8 @@ def test_waits_while_the_sql_thread_is_stopped(sandbox: Sandbox, loader_account:
     with running_daemon(sandbox, tmp_path) as d:
         d.wait_for(lambda s: s["lag"]["state"] == "idle" and s["lag"]["lag"] is not None)
         sandbox.stop_sql_thread()
+        # lagd answers from its last poll: wait until it has seen the stop (within a poll interval).
+        d.wait_for(lambda s: s["lag"]["state"] == "stopped")
         proc = _lagctl(str(data), "--table", table, "--source", loader_account, "--replica-lagd", d.url,
                        "--chunk-rows", "2000", "--max-lag", "5")
         try:

@@ -45,6 +45,7 @@ from lagd.daemon.state import ReplicaInfo, Snapshot
 from lagd.errors import LagdError
 from lagd.lag import Backlog as LagBacklog
 from lagd.lag import LagMethod, LagReading, LagTracker, ReplicaState
+from lagd.mysql.backoff import backoff_delay
 from lagd.mysql.replica import IoState, ReplicaStatus
 from lagd.prefetch.engine import PrefetchSnapshot
 from lagd.relaylog import (
@@ -62,7 +63,8 @@ log = logging.getLogger("lagd")
 T = TypeVar("T")
 
 MIN_PAUSE = 0.05  # seconds every loop yields at least, whatever a slow server made of its budget
-RELAY_RETRY = 5.0  # seconds between attempts to (re)open the relay log
+RELAY_RETRY = 5.0  # at most this many seconds between attempts to (re)open the relay log
+RETRY_RESET = 30.0  # a subsystem that ran this long before failing starts its retries short again
 ADVISOR_EVERY = 30.0
 READ_CHUNK = 1 << 20  # bytes the look-ahead decodes before it yields to the loop
 
@@ -405,7 +407,9 @@ class Runtime:
     async def _relay_loop(self) -> None:
         """Find the relay log, then run the look-ahead reader and the prefetcher; retry on trouble."""
         h = self.health["relay_log"]
+        attempt = 0
         while not self._stop.is_set():
+            began = self.clock.mono()
             try:
                 await self._relay_once()
             except asyncio.CancelledError:
@@ -420,7 +424,14 @@ class Runtime:
                     self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
             finally:
                 await self._close_relay()
-            await self._sleep(self.relay_retry)
+            attempt = 0 if self.clock.mono() - began > RETRY_RESET else attempt + 1
+            await self._retry(attempt)
+
+    async def _retry(self, attempt: int) -> None:
+        # Short at first: a restarted replica answers again within a second or
+        # two, and the cold catch-up right after is when prefetch matters most.
+        # Up to relay_retry while the trouble lasts (each cause is logged once).
+        await self._sleep(backoff_delay(attempt, base=0.25, cap=self.relay_retry))
 
     async def _close_relay(self) -> None:
         reader, self._reader = self._reader, None
@@ -501,7 +512,9 @@ class Runtime:
     async def _prefetch_loop(self, index: Path) -> None:
         """Build and run the prefetcher; on failure say why and build it again (the tail reads on)."""
         h = self.health["prefetch"]
+        attempt = 0
         while not self._stop.is_set():
+            began = self.clock.mono()
             mariadb = bool(self.parts.monitor.flavor and self.parts.monitor.flavor.is_mariadb)
             try:
                 self.prefetcher = await self.parts.prefetch(self.settings.prefetch, index, mariadb)
@@ -519,7 +532,8 @@ class Runtime:
             if p is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(p.close(), 1.0)
-            await self._sleep(self.relay_retry)
+            attempt = 0 if self.clock.mono() - began > RETRY_RESET else attempt + 1
+            await self._retry(attempt)
 
     # ----- advisor --------------------------------------------------------
 

@@ -35,10 +35,10 @@ from lagd.relaylog import (
     TableMapResolver,
 )
 from lagd.relaylog._construct import ACCELERATED
-from lagd.relaylog._pmr import ReferenceDecoder, iter_raw_events
 from lagd.relaylog._tablemap import TableMap
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from lagd.sandbox.server import default_cache_dir
+from tests.unit.reference_decoder import ReferenceDecoder, iter_raw_events
 
 TABLE_DDL = """CREATE TABLE sbtest1 (
   id INT NOT NULL, k INT NOT NULL DEFAULT 0,

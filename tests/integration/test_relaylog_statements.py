@@ -19,9 +19,9 @@ from lagd.relaylog import (
     TransactionEnd,
     TransactionStart,
 )
-from lagd.relaylog._pmr import iter_raw_events
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.test_relaylog_sandbox import read_all, resolver_for, sql_position, wait_received
+from tests.unit.reference_decoder import iter_raw_events
 
 
 def reader_at_sql_thread(sb: Sandbox, **kw: Any) -> RelayLogReader:

@@ -16,9 +16,9 @@ from pathlib import Path
 from pymysql.protocol import MysqlPacket
 from pymysqlreplication import row_event
 from pymysqlreplication.packet import BinLogPacketWrapper
+from reference_decoder import ReferenceDecoder, iter_raw_events, reference_rows
 
 from lagd.relaylog import _wire as w
-from lagd.relaylog._pmr import ReferenceDecoder, iter_raw_events, reference_rows
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "binlogs"
 

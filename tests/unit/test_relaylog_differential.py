@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from reference_decoder import reference_rows
 
 from lagd.relaylog import RowChange, TableMapResolver, read_log_files
-from lagd.relaylog._pmr import reference_rows
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "binlogs"
 

@@ -1,7 +1,8 @@
 """Relay-log files -> lagd's own event types.
 
-This package is the only place that knows the binary-log format and the only
-one that imports pymysqlreplication (as the reference decoder, in ``_pmr``).
+This package is the only place that knows the binary-log format. It imports
+no MySQL driver; pymysqlreplication is the tests' reference decoder only
+(``tests/unit/reference_decoder.py``).
 """
 
 from lagd.relaylog.decoder import EventDecoder, ReaderStats

@@ -1,4 +1,4 @@
-"""pymysqlreplication as the reference decoder (the one place it is imported).
+"""pymysqlreplication as the tests' reference decoder (the one place it is imported).
 
 lagd's own decoder is what runs in production: pymysqlreplication decodes
 every value of every row (about 7,000 rows/s here), far slower than a replica

@@ -23,8 +23,9 @@ class FailureLog:
     """
 
     def __init__(self, logger: logging.Logger, where: str, *, repeat: float = REPEAT_LOG_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, level: int = logging.WARNING) -> None:
         self._log, self.where, self.repeat, self._clock = logger, where, repeat, clock
+        self.level = level
         self.since: float | None = None  # when the current failure began
         self.count = 0
         self._last_key: tuple[Kind, int | None] | None = None
@@ -38,10 +39,10 @@ class FailureLog:
         self.count += 1
         retry = f"; reconnecting in {retry_in:.1f} s" if retry_in is not None else ""
         if key != self._last_key:
-            self._log.warning("%s%s", e, retry)
+            self._log.log(self.level, "%s%s", e, retry)
         elif now - self._last_logged >= self.repeat:
-            self._log.warning("%s (still failing after %.0f s, %d attempts)%s", e, now - self.since,
-                              self.count, retry)
+            self._log.log(self.level, "%s (still failing after %.0f s, %d attempts)%s", e,
+                          now - self.since, self.count, retry)
         else:
             return
         self._last_key, self._last_logged = key, now
@@ -49,6 +50,6 @@ class FailureLog:
     def recovered(self) -> None:
         if self.since is None:
             return
-        self._log.info("%s: reconnected after %.1f s (%d failed attempts)", self.where,
-                          self._clock() - self.since, self.count)
+        self._log.log(min(self.level, logging.INFO), "%s: reconnected after %.1f s (%d failed attempts)",
+                      self.where, self._clock() - self.since, self.count)
         self.since, self._last_key, self.count = None, None, 0

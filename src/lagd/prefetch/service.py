@@ -80,7 +80,7 @@ def information_schema_connect(endpoint: Endpoint) -> Callable[[], Any]:
 async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factory: Callable[..., Any],
                        *, index: Path, mariadb: bool, pool_bytes: int, channel: str = "") -> PrefetchEngine:
     """A prefetch engine whose cursor starts at the SQL thread's position."""
-    monitor = ReplicaMonitor.of(endpoint, channel)
+    monitor = ReplicaMonitor.of(endpoint, channel, quiet=True)  # the daemon's own monitor speaks
     sample = await monitor.poll()
     if sample.status is None:
         raise LagdError(f"cannot read the replica's status: {sample.error}",

@@ -21,7 +21,7 @@ from pymysqlreplication import row_event
 from pymysqlreplication.packet import BinLogPacketWrapper
 
 from lagd.relaylog import _wire as w
-from lagd.relaylog.decoder import _checksum_aware
+from lagd.relaylog._eventparts import checksum_aware
 
 _ROWS = {
     w.WRITE_ROWS_EVENT_V1: "insert", w.WRITE_ROWS_EVENT_V2: "insert",
@@ -63,7 +63,7 @@ def iter_raw_events(buf: bytes) -> Iterator[tuple[int, int, bytes, bool]]:
             return
         if typ == w.FORMAT_DESCRIPTION_EVENT:
             version = buf[pos + 21 : pos + 71].split(b"\x00", 1)[0].decode("ascii", "replace")
-            crc = _checksum_aware(version) and buf[pos + size - 5] == 1
+            crc = checksum_aware(version) and buf[pos + size - 5] == 1
         yield pos, typ, buf[pos : pos + size], crc
         pos += size
 

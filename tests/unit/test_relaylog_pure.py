@@ -9,7 +9,7 @@ import pytest
 
 from lagd.relaylog import _columns as c
 from lagd.relaylog import _wire as w
-from lagd.relaylog.decoder import _ddl_tables
+from lagd.relaylog._eventparts import ddl_tables
 from lagd.relaylog.position import Position, RelayPosition, file_sequence
 
 
@@ -146,4 +146,4 @@ def test_unknown_type_is_a_wire_error():
     ],
 )
 def test_ddl_table_names(sql, schema, tables):
-    assert _ddl_tables(sql, schema) == tables
+    assert ddl_tables(sql, schema) == tables

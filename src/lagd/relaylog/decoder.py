@@ -17,12 +17,23 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import zstandard
 
 from lagd.relaylog import _wire as w
 from lagd.relaylog._construct import constructor, fast_transactions
+from lagd.relaylog._eventparts import (
+    DML,
+    KEYWORD,
+    MAX_EVENT_SIZE,
+    SCHEMA_CHANGING,
+    checksum_aware,
+    ddl_tables,
+    inflate_zstd,
+    maria_uncompress,
+    tagged_gtid,
+    uuid,
+)
 from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder
 from lagd.relaylog._tablemap import MAX_COLUMNS, TableMap, parse_table_map
 from lagd.relaylog.errors import EncryptedRelayLogError
@@ -43,13 +54,6 @@ from lagd.relaylog.schema import SchemaResolver
 
 log = logging.getLogger("lagd.relaylog")
 
-# An event larger than this is taken as a corrupt header: MySQL caps events
-# at max_allowed_packet (1 GiB) plus a little framing.
-MAX_EVENT_SIZE = (1 << 30) + (1 << 20)
-# A compressed payload may not inflate beyond what it declares, nor ever
-# beyond this (a transaction payload is one event of at most MAX_EVENT_SIZE
-# on the source, but the inflated transaction has no such cap there).
-MAX_INFLATED = 4 << 30
 # Where reading resumes after damage is a GTID or BEGIN event: small ones.
 # Looking only at small candidates keeps the search linear in the bytes.
 _RESUME_EVENT_MAX = 1024
@@ -86,18 +90,6 @@ _DEFAULT_POST_HEADER = {w.QUERY_EVENT: 13, w.ROTATE_EVENT: 8, w.TABLE_MAP_EVENT:
                         w.EXECUTE_LOAD_QUERY_EVENT: 26, w.BEGIN_LOAD_QUERY_EVENT: 4,
                         w.APPEND_BLOCK_EVENT: 4}
 
-# Atomic and possessive: leading whitespace and comments are skipped without
-# backtracking (the plain form took minutes on 32 blanks and an open comment).
-_KEYWORD = re.compile(rb"^(?>\s+|/\*.*?\*/|#[^\n]*\n|--[^\n]*\n)*+([A-Za-z]+)(?:\s+([A-Za-z]+))?", re.S)
-_DML = frozenset({b"INSERT", b"UPDATE", b"DELETE", b"REPLACE", b"LOAD", b"CALL", b"DO", b"WITH"})
-_SCHEMA_CHANGING = frozenset({b"ALTER", b"CREATE", b"DROP", b"RENAME", b"TRUNCATE"})
-_NAME = r"(?:`(?:[^`]|``)+`|\w+)"
-_DDL_TABLES = re.compile(
-    rf"\b(?:TABLE|TABLES)\s+(?:IF\s+(?:NOT\s+)?EXISTS\s+)?({_NAME}(?:\.{_NAME})?"
-    rf"(?:\s*(?:,|\bTO\b)\s*{_NAME}(?:\.{_NAME})?)*)",
-    re.I,
-)
-_IDENT = re.compile(rf"({_NAME})(?:\.({_NAME}))?")
 
 
 @dataclass(slots=True)
@@ -491,8 +483,8 @@ class EventDecoder:
             gtid = f"{domain}-{sid}-{seq}"
             standalone = bool(gflags & 1)
         elif typ == w.GTID_TAGGED_LOG_EVENT:
-            fields = _tagged_gtid(buf, p, end)
-            uuid = _uuid(bytes(fields.get(1, b"\x00" * 16)))
+            fields = tagged_gtid(buf, p, end)
+            uuid = uuid(bytes(fields.get(1, b"\x00" * 16)))
             tag = fields.get(3)
             gno = int(fields.get(2, 0))
             gtid = f"{uuid}:{tag}:{gno}" if tag else f"{uuid}:{gno}"
@@ -503,7 +495,7 @@ class EventDecoder:
         else:
             gno = w.U64.unpack_from(buf, p + 17)[0]
             if typ == w.GTID_LOG_EVENT:
-                gtid = f"{_uuid(buf[p + 1 : p + 17])}:{gno}"
+                gtid = f"{uuid(buf[p + 1 : p + 17])}:{gno}"
             p += 25
             if p < end and buf[p] == 2:  # logical clock type code
                 last_committed, seq_no = struct.unpack_from("<QQ", buf, p + 1)
@@ -544,7 +536,7 @@ class EventDecoder:
         p += db_len + 1
         sql_bytes = buf[p:end]
         if typ == w.MARIA_QUERY_COMPRESSED_EVENT:
-            sql_bytes = _maria_uncompress(sql_bytes)
+            sql_bytes = maria_uncompress(sql_bytes)
         if sql_bytes == b"BEGIN" or sql_bytes.startswith(b"XA START"):
             if not self.in_trx or self.skipping:
                 self.skipping = False
@@ -555,11 +547,11 @@ class EventDecoder:
             if self.in_trx:
                 out.append(self._end(next_offset, logpos, True, None))
             return
-        m = _KEYWORD.match(sql_bytes)
+        m = KEYWORD.match(sql_bytes)
         word = m.group(1).upper() if m else b""
         second = (m.group(2) or b"").upper() if m else b""
         if self.skipping:
-            if word not in _DML and word not in (b"ROLLBACK", b"SAVEPOINT", b"XA"):
+            if word not in DML and word not in (b"ROLLBACK", b"SAVEPOINT", b"XA"):
                 # A DDL is a transaction of its own: a safe place to resume.
                 self._reset_transaction()
             else:
@@ -583,12 +575,12 @@ class EventDecoder:
         if typ == w.EXECUTE_LOAD_QUERY_EVENT:
             data_bytes, lines = self._load_blocks.pop(file_id, [0, 0])
             out.append(LoadData(schema, sql, exec_time, ts, data_bytes, lines))
-        elif word in _DML:
+        elif word in DML:
             out.append(Statement(schema, sql, exec_time, ts))
         else:
-            tables = _ddl_tables(sql, schema) if word in _SCHEMA_CHANGING else ()
+            tables = ddl_tables(sql, schema) if word in SCHEMA_CHANGING else ()
             out.append(Ddl(schema, sql, tables, ts))
-            if word in _SCHEMA_CHANGING:
+            if word in SCHEMA_CHANGING:
                 self.invalidate(tables or None)
             out.append(self._end(next_offset, logpos, True, None))
             return
@@ -663,7 +655,7 @@ class EventDecoder:
         header_len = buf[p + 56]
         if header_len != 19:
             raise w.WireError(f"unsupported common header length {header_len}")
-        aware = _checksum_aware(version)
+        aware = checksum_aware(version)
         lens_end = nxt - 5 if aware else nxt
         lens = buf[p + 57 : min(lens_end, p + 57 + 255)]  # type codes are one byte
         self.post_header = {i + 1: n for i, n in enumerate(lens)}
@@ -703,7 +695,7 @@ class EventDecoder:
             raise w.WireError("payload fields run past the event")
         data = buf[p : p + size if size is not None else end]
         if ctype == 0:
-            inner = _inflate_zstd(self._zstd, data, usize)
+            inner = inflate_zstd(self._zstd, data, usize)
         elif ctype in (None, 255):
             inner = bytes(data)
         else:
@@ -781,120 +773,3 @@ def _candidates(buf: bytes, p: int, end: int) -> Iterator[int]:
         if at + 19 > end:
             return
         yield at
-
-
-def _inflate_zstd(dctx: zstandard.ZstdDecompressor, data: bytes, declared: int | None) -> bytes:
-    """Decompress a payload, never to more than it declares.
-
-    The server always writes the uncompressed size. A frame header's content
-    size is not trusted either: the output is read in steps, so memory
-    follows what actually inflates.
-    """
-    if declared is None:
-        raise w.WireError("compressed payload without its uncompressed size")
-    cap = declared
-    if cap > MAX_INFLATED:
-        raise w.WireError(f"payload declares {cap} bytes uncompressed")
-    parts: list[bytes] = []
-    got = 0
-    with dctx.stream_reader(data) as reader:
-        while got <= cap:
-            part = reader.read(min(1 << 20, cap + 1 - got))
-            if not part:
-                break
-            parts.append(part)
-            got += len(part)
-    if got != declared:
-        raise w.WireError(f"payload inflates to {got} bytes, not the {cap} it declares")
-    return b"".join(parts)
-
-
-def _checksum_aware(version: str) -> bool:
-    """Servers from MySQL 5.6.1 / MariaDB 5.3 on end the FDE with a checksum field."""
-    m = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if not m:
-        return True
-    v = tuple(int(x) for x in m.groups())
-    if "MariaDB" in version:
-        return v >= (5, 3, 0)
-    return v >= (5, 6, 1)
-
-
-def _uuid(raw: bytes) -> str:
-    h = raw.hex()
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-def _tagged_gtid(buf: bytes, p: int, end: int) -> dict[int, Any]:
-    """Fields of a GTID_TAGGED_LOG_EVENT (MySQL serialization library, v2)."""
-    version = buf[p]
-    if version != 2:
-        raise w.WireError(f"tagged GTID serialization version {version} is not supported")
-    start = p
-    payload_size, p = w.varlen_uint(buf, p + 1)
-    last_non_ignorable, p = w.varlen_uint(buf, p)
-    stop = min(start + payload_size, end)
-    fields: dict[int, Any] = {}
-    signed = {2, 4, 5}
-    while p < stop:
-        fid, p = w.varlen_uint(buf, p)
-        if fid == 1:
-            raw = bytearray()
-            for _ in range(16):
-                b, p = w.varlen_uint(buf, p)
-                raw.append(b)
-            fields[1] = bytes(raw)
-        elif fid == 3:
-            n, p = w.varlen_uint(buf, p)
-            fields[3] = buf[p : p + n].decode("ascii", "replace")
-            p += n
-        elif fid in signed:
-            fields[fid], p = w.varlen_sint(buf, p)
-        elif fid <= 11:
-            fields[fid], p = w.varlen_uint(buf, p)
-        elif fid <= last_non_ignorable:
-            raise w.WireError(f"unknown mandatory field {fid} in a tagged GTID event")
-        else:
-            break  # an ignorable newer field: its length is unknown, stop here
-    return fields
-
-
-def _maria_uncompress(data: bytes) -> bytes:
-    """MariaDB log_bin_compress: a header byte, the length, then zlib.
-
-    Inflates no further than the declared length (and never beyond an
-    event's size cap): a damaged stream must not become a zip bomb.
-    """
-    head = data[0]
-    lenlen = head & 0x07
-    size = int.from_bytes(data[1 : 1 + lenlen], "big")
-    if size > MAX_EVENT_SIZE:
-        raise w.WireError(f"compressed query declares {size} bytes")
-    d = zlib.decompressobj()
-    out = d.decompress(data[1 + lenlen :], size + 1)
-    if len(out) != size:
-        raise w.WireError("compressed query has the wrong length")
-    return out
-
-
-def _unquote(name: str) -> str:
-    if name.startswith("`") and name.endswith("`"):
-        return name[1:-1].replace("``", "`")
-    return name
-
-
-def _ddl_tables(sql: str, schema: str | None) -> tuple[str, ...]:
-    m = _DDL_TABLES.search(sql)
-    if not m:
-        return ()
-    names = []
-    for part in re.split(r"\s*(?:,|\bTO\b)\s*", m.group(1), flags=re.I):
-        im = _IDENT.fullmatch(part.strip())
-        if not im:
-            continue
-        a, b = (_unquote(x) if x else x for x in im.groups())
-        if b:
-            names.append(f"{a}.{b}")
-        elif schema:
-            names.append(f"{schema}.{a}")
-    return tuple(names)

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from lagd.relaylog import _wire as w
-from lagd.relaylog.decoder import MAX_EVENT_SIZE, EventDecoder, ReaderStats
+from lagd.relaylog._eventparts import MAX_EVENT_SIZE
+from lagd.relaylog.decoder import EventDecoder, ReaderStats
 from lagd.relaylog.errors import (
     EncryptedRelayLogError,
     NotALogFileError,

@@ -74,7 +74,7 @@ def checksum_aware(version: str) -> bool:
     return v >= (5, 6, 1)
 
 
-def uuid(raw: bytes) -> str:
+def uuid_text(raw: bytes) -> str:
     h = raw.hex()
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 

@@ -32,7 +32,7 @@ from lagd.relaylog._eventparts import (
     inflate_zstd,
     maria_uncompress,
     tagged_gtid,
-    uuid,
+    uuid_text,
 )
 from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder
 from lagd.relaylog._tablemap import MAX_COLUMNS, TableMap, parse_table_map
@@ -484,7 +484,7 @@ class EventDecoder:
             standalone = bool(gflags & 1)
         elif typ == w.GTID_TAGGED_LOG_EVENT:
             fields = tagged_gtid(buf, p, end)
-            uuid = uuid(bytes(fields.get(1, b"\x00" * 16)))
+            uuid = uuid_text(bytes(fields.get(1, b"\x00" * 16)))
             tag = fields.get(3)
             gno = int(fields.get(2, 0))
             gtid = f"{uuid}:{tag}:{gno}" if tag else f"{uuid}:{gno}"
@@ -495,7 +495,7 @@ class EventDecoder:
         else:
             gno = w.U64.unpack_from(buf, p + 17)[0]
             if typ == w.GTID_LOG_EVENT:
-                gtid = f"{uuid(buf[p + 1 : p + 17])}:{gno}"
+                gtid = f"{uuid_text(buf[p + 1 : p + 17])}:{gno}"
             p += 25
             if p < end and buf[p] == 2:  # logical clock type code
                 last_committed, seq_no = struct.unpack_from("<QQ", buf, p + 1)

@@ -311,6 +311,12 @@ class StallMonitor:
     def threads(self) -> tuple[int, ...]:
         return tuple(self._last)
 
+    @property
+    def sampled_at(self) -> float | None:
+        """When the last sample was taken (monotonic), None before the first."""
+        with self._lock:
+            return self._history[-1][0] if self._history else None
+
     def set_threads(self, tids: Iterable[int]) -> None:
         with self._lock:
             keep = {t: self._last.get(t) for t in tids}

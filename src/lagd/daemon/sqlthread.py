@@ -15,7 +15,7 @@ the monitor's readings into the typed :class:`~lagd.daemon.state.StallView`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from lagd.daemon.state import StallView
@@ -121,20 +121,28 @@ def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fre
 # ----- the real collaborator -------------------------------------------------------------
 
 
-def _rows(conn: Any, sql: str) -> list[dict[str, Any]]:
+def rows(conn: Any, sql: str) -> list[dict[str, Any]]:
+    """A query's rows as dicts, on a blocking connection (run through a BlockingSession)."""
     with conn.cursor() as cur:
         cur.execute(sql)
         names = [d[0] for d in cur.description or ()]
         return [r if isinstance(r, dict) else dict(zip(names, r, strict=False)) for r in cur.fetchall()]
 
 
-class ProcStall:
-    """The daemon's StallMonitor, and the applier threads it measures."""
+Query = Callable[[str], Awaitable[list[dict[str, Any]]]]
 
-    def __init__(self, session: Any, user: str, monitor: StallMonitor | None = None,
+
+class ProcStall:
+    """The daemon's StallMonitor, and the applier threads it measures.
+
+    ``query``: runs one read-only statement on the replica (a session with a
+    statement timeout) and returns its rows.
+    """
+
+    def __init__(self, query: Query, user: str, monitor: StallMonitor | None = None,
                  read: Callable[[str], str] = stall._read,  # the same reader as the sampler
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.session = session
+        self.query = query
         self.user = user
         self.monitor = monitor or StallMonitor(read=read)
         self._read = read
@@ -160,11 +168,10 @@ class ProcStall:
             self.note = None  # the verdict says the SQL thread does not run
             return
         try:
-            rows = await self.session.run(lambda c: _rows(c, stall.appliers_sql(mariadb)))
-            tids = stall.applier_tids(rows)
+            tids = stall.applier_tids(await self.query(stall.appliers_sql(mariadb)))
             note = None
             if not tids:
-                who = await self.session.run(lambda c: _rows(c, "SELECT CURRENT_USER() AS u"))
+                who = await self.query("SELECT CURRENT_USER() AS u")
                 note = grant_fix(mariadb, account_of(str(who[0]["u"]) if who else None, self.user))
             else:
                 note = foreign_threads(tids, self._read)

@@ -22,6 +22,7 @@ from typing import Any
 
 from lagd.advisor.runtime import AdvisorRuntime
 from lagd.config import PrefetchSettings, Settings
+from lagd.daemon import sqlthread
 from lagd.daemon.collect import ReplicaReading, collect
 from lagd.daemon.runtime import Parts, Prefetcher, RelayReader, Runtime, poll_timeout
 from lagd.daemon.sqlthread import ProcStall
@@ -157,7 +158,7 @@ def parts(settings: Settings) -> Parts:
     endpoint = endpoint_of(settings)
     session = BlockingSession(endpoint)
     # One stall monitor for the daemon's life; the engine borrows it while it runs.
-    stall = ProcStall(session, settings.replica.user)
+    stall = ProcStall(lambda sql: session.run(lambda c: sqlthread.rows(c, sql)), settings.replica.user)
     return Parts(
         monitor=ReplicaMonitor.of(endpoint, settings.replica.channel),
         session=session,

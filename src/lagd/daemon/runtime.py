@@ -270,7 +270,7 @@ class Runtime:
             self.parts.stall.start()
         self._tasks = {n: asyncio.create_task(c, name=n) for n, c in (
             ("ticker", self._ticker()), ("lag", self._lag_loop()), ("relay", self._relay_loop()),
-            ("advisor", self._advisor_loop()))}
+            ("advisor", self._advisor_loop()), ("stall", self._stall_loop()))}
 
     @property
     def stopping(self) -> bool:
@@ -323,7 +323,6 @@ class Runtime:
         while not self._stop.is_set():
             t0 = self.clock.mono()
             await self.poll_once()
-            await self._find_sql_thread()
             self.last_lag_loop = self.clock.mono()
             await self._sleep(max(MIN_PAUSE, self.settings.lag.poll_interval - (self.clock.mono() - t0)))
 
@@ -369,15 +368,18 @@ class Runtime:
             self.on_ready()
         return reading
 
-    async def _find_sql_thread(self) -> None:
-        """Point the stall monitor at the applier threads the replica has now."""
-        st = self.reading.status if self.reading is not None else None
-        if self.parts.stall is None or st is None:
-            return
-        flavor = self.parts.monitor.flavor
-        with contextlib.suppress(TimeoutError):  # said by the next status poll, which fails too
-            await asyncio.wait_for(self.parts.stall.refresh(
-                st.sql_running, bool(flavor and flavor.is_mariadb)), self.poll_timeout)
+    async def _stall_loop(self) -> None:
+        """Point the stall monitor at the applier threads the replica has now.
+
+        A task of its own: a slow answer (bounded by the session's deadline)
+        never delays a lag poll."""
+        stall = self.parts.stall
+        while stall is not None and not self._stop.is_set():
+            st = self.reading.status if self.reading is not None else None
+            if st is not None:
+                flavor = self.parts.monitor.flavor
+                await stall.refresh(st.sql_running, bool(flavor and flavor.is_mariadb))
+            await self._sleep(min(1.0, self.settings.lag.poll_interval))
 
     def _status_fix(self, cur: ReplicaReading) -> str | None:
         err = cur.status_error or ""

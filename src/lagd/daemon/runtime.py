@@ -379,7 +379,7 @@ class Runtime:
             if st is not None:
                 flavor = self.parts.monitor.flavor
                 await stall.refresh(st.sql_running, bool(flavor and flavor.is_mariadb))
-            await self._sleep(min(1.0, self.settings.lag.poll_interval))
+            await self._sleep(0.25)  # refresh asks the server only when due or the SQL thread changed
 
     def _status_fix(self, cur: ReplicaReading) -> str | None:
         err = cur.status_error or ""

@@ -19,6 +19,7 @@ from click.testing import CliRunner
 
 from lagd.cli.main import main as lagctl
 from lagd.errors import LagdError
+from lagd.prefetch import stall
 from lagd.sandbox import pair as sandbox_module
 from lagd.sandbox import server as sandbox_server
 from lagd.sandbox.pair import Sandbox, SandboxConfig, SandboxError
@@ -88,7 +89,15 @@ def test_lagd_user_has_exactly_the_grants_it_needs(sandbox: Sandbox) -> None:
     replica, source = sandbox.replica(), sandbox.source
     grants = replica.query("SHOW GRANTS FOR 'lagd'@'127.0.0.1'")
     text = " ".join(next(iter(g.values())) for g in grants)
-    assert "GRANT SELECT, BINLOG MONITOR, SLAVE MONITOR ON *.*" in text
+    assert "GRANT SELECT, PROCESS, BINLOG MONITOR, SLAVE MONITOR ON *.*" in text
+    # PROCESS: the SQL thread's OS thread id, for where its time goes (lagd.prefetch.stall).
+    conn = pymysql.connect(**replica.dsn.as_kwargs(), cursorclass=pymysql.cursors.DictCursor)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(stall.appliers_sql(mariadb=True))
+            assert stall.applier_tids(cur.fetchall()), "the lagd user sees the SQL thread's TID"
+    finally:
+        conn.close()
 
     for server, allowed in (
         (replica, ["SHOW SLAVE STATUS", "SHOW ALL SLAVES STATUS", "SELECT @@gtid_slave_pos"]),

@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import Any
 
 from lagd.advisor.runtime import AdvisorSnapshot
-from lagd.daemon.state import Health, ReplicaInfo, Snapshot
+from lagd.daemon.sqlthread import stall_view
+from lagd.daemon.state import Health, ReplicaInfo, Snapshot, StallView
 from lagd.lag import (
     ApplyRates,
     BacklogReading,
@@ -114,13 +115,37 @@ HEALTH = (
 )
 
 
+STALL_SECONDS = {"on_cpu": 20.0, "cpu_wait": 2.0, "disk_read": 71.0, "flush_wait": 3.0, "other_wait": 4.0}
+
+
+def full_stall(**kw: Any) -> StallView:
+    """A replica whose SQL thread waits on reads, the gate open."""
+    recent = {"on_cpu": 2.0, "cpu_wait": 0.0, "disk_read": 7.1, "flush_wait": 0.5, "other_wait": 0.4}
+    snap = {"seconds": STALL_SECONDS, "recent": recent, "threads": [4242], "headroom_cores": 1.2,
+            "verdict": "reads", "text": "SQL thread 71% waiting on disk reads: prefetch can help",
+            "prefetch_can_help": True}
+    args: dict[str, Any] = dict(measured=True, note=None, fresh=True,
+                                gate=(True, "SQL thread 71% waiting on disk reads: prefetching"))
+    args.update(kw)
+    return stall_view({**snap, **args.pop("snap", {})}, **args)
+
+
+def unmeasured_stall() -> StallView:
+    """No PROCESS grant: no thread found, nothing measured."""
+    snap = {"seconds": dict.fromkeys(STALL_SECONDS, 0.0), "recent": {}, "threads": [],
+            "headroom_cores": 1.5, "verdict": "unknown", "text": "SQL thread not running: nothing to measure",
+            "prefetch_can_help": False}
+    return stall_view(snap, measured=False, fresh=True, gate=None,
+                      note="needs the PROCESS grant (fix: GRANT PROCESS ON *.* TO 'lagd'@'localhost';)")
+
+
 def full_snapshot(**kw: Any) -> Snapshot:
     base: dict[str, Any] = dict(
         taken_at=NOW, version="1.2.3", started_at=NOW - 3600, config_path="lagd.toml", config_error=None,
         settings={"prefetch": {"enabled": True}},
         replica=ReplicaInfo("127.0.0.1:3306", "lagd", CHANNEL, "mariadb 10.11", None),
         status=replica_status(), status_error=None, lag=full_reading(), prefetch=full_prefetch(),
-        prefetch_off_reason=None, advisor=full_advisor(), health=HEALTH, loop_age=0.4,
+        prefetch_off_reason=None, advisor=full_advisor(), health=HEALTH, loop_age=0.4, stall=full_stall(),
     )
     base.update(kw)
     if isinstance(base["advisor"], dict):  # written here in its JSON form, partial
@@ -135,6 +160,7 @@ def empty_snapshot() -> Snapshot:
         replica=ReplicaInfo("127.0.0.1:3306", "lagd", "", None, None), status=None,
         status_error="not polled yet", lag=None, prefetch=None, prefetch_off_reason=None, advisor=None,
         health=tuple(Health(h.name, False, "not run yet", None, None) for h in HEALTH), loop_age=0.0,
+        stall=unmeasured_stall(),
     )
 
 
@@ -147,5 +173,8 @@ def stopped_sql_snapshot() -> Snapshot:
         lag=95.0, rates=ApplyRates(0.0, 0.0, 0.0, 60.0), eta=math.inf,
         eta_reason="the SQL thread is not running, so lag cannot shrink",
     )
+    stall = full_stall(snap={"threads": [], "recent": {}, "verdict": "unknown",
+                             "text": "SQL thread not running: nothing to measure",
+                             "prefetch_can_help": False}, gate=None)
     return full_snapshot(status=replica_status(sql_running=False, seconds_behind=None), lag=reading,
-                         prefetch=replace(full_prefetch(), state="paused", benefit=None))
+                         prefetch=replace(full_prefetch(), state="paused", benefit=None), stall=stall)

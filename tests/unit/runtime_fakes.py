@@ -161,6 +161,9 @@ class FakePrefetcher:
     def configure(self, settings: PrefetchSettings) -> None:
         self.configured.append(settings)
 
+    def gate(self) -> tuple[bool, str] | None:
+        return True, "the SQL thread waits on reads: prefetching"
+
     async def close(self) -> None:
         self.closed = True
 

@@ -21,11 +21,13 @@ from typing import Any
 
 from lagd.advisor.runtime import AdvisorSnapshot
 from lagd.config import settings_from_dict
-from lagd.daemon.state import Health, ReplicaInfo, Snapshot
+from lagd.daemon.sqlthread import stall_view
+from lagd.daemon.state import Health, ReplicaInfo, Snapshot, StallView
 from lagd.heartbeat import HeartbeatRow, format_ts
 from lagd.lag import Backlog, LagInputs, LagReading, LagTracker
 from lagd.mysql.replica import IoState, ReplicaStatus
 from lagd.prefetch.engine import PrefetchSnapshot
+from lagd.prefetch.stall import verdict
 
 NOW = 1_800_000_000.0  # 2027-01-15T08:00:00Z
 DIR = Path(__file__).resolve().parents[1] / "fixtures" / "status"
@@ -120,7 +122,7 @@ def health(*down: str) -> tuple[Health, ...]:
 
 def snapshot(*, status: ReplicaStatus | None, lag: LagReading | None, prefetch_: PrefetchSnapshot | None,
              advisor: dict[str, Any] | None, status_error: str | None = None, off: str | None = None,
-             down: tuple[str, ...] = ()) -> Snapshot:
+             down: tuple[str, ...] = (), stall: StallView | None = None) -> Snapshot:
     settings = settings_from_dict({"lag": {"heartbeat_table": "percona.heartbeat"}})
     return Snapshot(
         taken_at=NOW + 0.4, version="0.1.0", started_at=NOW - 3_600, config_path="/etc/lagd/lagd.toml",
@@ -129,7 +131,23 @@ def snapshot(*, status: ReplicaStatus | None, lag: LagReading | None, prefetch_:
                             "/var/lib/mysql/db2-relay-bin.index"),
         status=status, status_error=status_error, lag=lag, prefetch=prefetch_, prefetch_off_reason=off,
         advisor=None if advisor is None else AdvisorSnapshot.from_json(advisor), health=health(*down),
-        loop_age=0.4)
+        loop_age=0.4, stall=stall)
+
+
+def stall(recent: dict[str, float], *, busy: bool = True, threads: tuple[int, ...] = (4242,),
+          headroom: float | None = 1.4, note: str | None = None,
+          gate: tuple[bool, str] | None = None) -> StallView:
+    """A StallView as the daemon makes it, from a recorded split (seconds per state over 10 s)."""
+    v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom)
+    snap = {"seconds": {s: 10 * x for s, x in recent.items()}, "recent": recent, "threads": list(threads),
+            "headroom_cores": headroom, "verdict": v.kind, "text": v.text,
+            "prefetch_can_help": v.prefetch_can_help}
+    return stall_view(snap, measured=note is None, note=note, fresh=True, gate=gate)
+
+
+READS = {"on_cpu": 2.0, "cpu_wait": 0.1, "disk_read": 7.1, "flush_wait": 0.3, "other_wait": 0.5}
+SLEEPING = {"on_cpu": 0.05, "cpu_wait": 0.0, "disk_read": 0.0, "flush_wait": 0.0, "other_wait": 9.95}
+NO_GRANT = "needs the PROCESS grant (fix: GRANT PROCESS ON *.* TO 'lagd'@'localhost';)"
 
 
 def caught_up() -> Snapshot:
@@ -137,7 +155,7 @@ def caught_up() -> Snapshot:
     empty = Backlog(0, 0, 0, None)
     lag = track([(b, st, 0.3, empty, 5_000 + int(600 - b)) for b in range(600, -1, -10)])
     return snapshot(status=st, lag=lag, prefetch_=prefetch("idle", "the replica is caught up", 950, 12, 1.4),
-                    advisor=advisor_dict([], ADVICE_QUIET))
+                    advisor=advisor_dict([], ADVICE_QUIET), stall=stall(SLEEPING, busy=False))
 
 
 def lagging() -> Snapshot:
@@ -149,7 +167,8 @@ def lagging() -> Snapshot:
     lag = track(polls)
     return snapshot(status=st, lag=lag,
                     prefetch_=prefetch("active", "reading ahead of the SQL thread", 950, 50, 1.3),
-                    advisor=advisor_dict(UPCOMING_LOAD, ADVICE_LAGGING))
+                    advisor=advisor_dict(UPCOMING_LOAD, ADVICE_LAGGING),
+                    stall=stall(READS, gate=(True, "the SQL thread waits on reads: prefetching")))
 
 
 def sql_error() -> Snapshot:
@@ -163,7 +182,7 @@ def sql_error() -> Snapshot:
     polls = [(b, st, 412.0 - b, waiting, 7_000) for b in range(60, -1, -10)]
     return snapshot(status=st, lag=track(polls),
                     prefetch_=prefetch("paused", "the SQL thread is stopped", 400, 20, None),
-                    advisor=None)
+                    advisor=None, stall=stall(dict.fromkeys(READS, 0.0), threads=()))
 
 
 def io_stopped() -> Snapshot:
@@ -176,12 +195,13 @@ def io_stopped() -> Snapshot:
     polls = [(b, st, 95.0 - b, Backlog(0, 0, 0, None), 5_000) for b in range(60, -1, -10)]
     return snapshot(status=st, lag=track(polls),
                     prefetch_=prefetch("idle", "the replica is caught up", 950, 12, 1.4),
-                    advisor=advisor_dict([], ADVICE_QUIET))
+                    advisor=advisor_dict([], ADVICE_QUIET), stall=stall(SLEEPING, busy=False))
 
 
 def starting() -> Snapshot:
     return snapshot(status=None, lag=None, prefetch_=None, advisor=None, status_error="not polled yet",
-                    off="starting: waiting for the replica's status", down=("replica_status", "prefetch"))
+                    off="starting: waiting for the replica's status", down=("replica_status", "prefetch"),
+                    stall=stall({}, threads=(), note=NO_GRANT))
 
 
 FIXTURES: dict[str, Callable[[], Snapshot]] = {

@@ -118,7 +118,8 @@ def test_grant_findings(case: str, flavor: ServerFlavor, lines: list[str], reada
                         text: str) -> None:
     found = grant_findings(parse_grants(lines), flavor, ACCOUNT, readable)
     shown = "\n".join(render(found))
-    assert [f.level for f in found] == levels, shown
+    # The PROCESS recommendation (info) has a test of its own.
+    assert [f.level for f in found if not f.text.startswith("recommended: PROCESS")] == levels, shown
     assert text in shown
 
 
@@ -264,3 +265,24 @@ def test_invalid_config(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "FAIL  config             replica.port: 0 is out of range" in result.output
     assert f"fix: lagctl config validate {cfg}" in result.output
+
+
+PROCESS_CASES = [
+    ("mariadb without", MARIADB, grants("SELECT", "SLAVE MONITOR", "BINLOG MONITOR"), True),
+    ("mariadb with", MARIADB, grants("SELECT", "SLAVE MONITOR", "BINLOG MONITOR", "PROCESS"), False),
+    ("mysql needs only SELECT on performance_schema", MYSQL, grants("SELECT", "REPLICATION CLIENT"), False),
+]
+
+
+@pytest.mark.parametrize(("case", "flavor", "lines", "recommended"), PROCESS_CASES,
+                         ids=[c[0] for c in PROCESS_CASES])
+def test_process_is_recommended_not_required(case: str, flavor: ServerFlavor, lines: list[str],
+                                             recommended: bool) -> None:
+    found = grant_findings(parse_grants(lines), flavor, ACCOUNT, True)
+    rec = [f for f in found if f.text.startswith("recommended: PROCESS")]
+    assert [f.level for f in rec] == (["info"] if recommended else [])
+    assert FAIL not in [f.level for f in found]
+    assert all("PROCESS" not in f.text for f in found if f.level == "warn")  # never "more than it needs"
+    if rec:
+        assert "without it the SQL-thread split" in rec[0].text
+        assert rec[0].fix == f"GRANT PROCESS ON *.* TO {ACCOUNT};"

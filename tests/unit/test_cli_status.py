@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from click.testing import CliRunner
-from status_fixtures import DIR, FIXTURES, as_json
+from status_fixtures import DIR, FIXTURES, NO_GRANT, READS, SLEEPING, as_json, stall
 
 from lagd.cli import status as cli_status
 from lagd.cli.status import (
@@ -35,6 +35,7 @@ from lagd.cli.status import (
     screen_rows,
     verdict,
 )
+from lagd.daemon.state import StallView, _plain
 
 NOW = 1_800_000_000.0
 
@@ -213,7 +214,8 @@ DAEMON_SCREENS = [
                           "apply      1.20 source-seconds per second", "ETA        600 s (10 min)",
                           "prefetch   active", "in time 95% (950 of 1,000 probes); benefit x1.30",
                           "coming     LOAD DATA: 2,000,000 rows, 180.0 MiB, about 340 s (6 min) to apply",
-                          "split: split it into 10 chunks", "[warning] durability_on_lagging_replica"]),
+                          "split: split it into 10 chunks", "[warning] durability_on_lagging_replica",
+                          "SQL thread 71% waiting on disk reads, 20% on CPU (last 10 s): prefetch can help"]),
     ("sql_error", CRITICAL, ["SQL thread stopped", "SQL error  Last_SQL_Error 1062: Could not execute",
                              "sbm        missing   server reports NULL: the SQL thread is not running "
                              "(stale)",
@@ -222,7 +224,8 @@ DAEMON_SCREENS = [
                              "event_time missing   applied everything received, but the IO thread is "
                              "connecting"]),
     ("starting", UNKNOWN, ["source     no replica status: not polled yet", "lag        no reading yet",
-                           "prefetch   off: starting"]),
+                           "prefetch   off: starting",
+                           "SQL thread not measured: needs the PROCESS grant (fix: GRANT PROCESS ON *.* TO"]),
 ]
 
 
@@ -418,3 +421,43 @@ def test_a_refused_reload_is_on_the_verdict_and_the_screen(name: str, code: int)
     assert got == code and "reload refused" in line
     rows = screen_rows(doc, Origin("daemon", "http://127.0.0.1:9904", None))
     assert any(r.label == "config" and "reload refused" in r.text for r in rows)
+
+
+CPU = {"on_cpu": 8.0, "cpu_wait": 0.8, "disk_read": 0.4, "flush_wait": 0.2, "other_wait": 0.6}
+FLUSH = {"on_cpu": 2.0, "cpu_wait": 0.0, "disk_read": 0.5, "flush_wait": 6.0, "other_wait": 1.5}
+LOCKS = {"on_cpu": 2.0, "cpu_wait": 0.0, "disk_read": 0.5, "flush_wait": 0.5, "other_wait": 7.0}
+STALL_LINES = [
+    (stall(READS), "SQL thread 71% waiting on disk reads, 20% on CPU (last 10 s): prefetch can help"),
+    (stall(READS, headroom=0.2), "SQL thread 71% waiting on disk reads, 20% on CPU (last 10 s): no CPU to"
+                                 " spare (0.2 idle cores): prefetch would slow it down"),
+    (stall(CPU), "SQL thread 80% on CPU, 8% waiting for a CPU (last 10 s): CPU-bound, prefetch cannot help"),
+    (stall(FLUSH), "SQL thread 60% waiting on page flushes and commits, 20% on CPU (last 10 s):"
+                   " see lagctl advise"),
+    (stall(LOCKS), "SQL thread 70% waiting on locks, commits or other threads, 20% on CPU (last 10 s):"
+                   " prefetch cannot help"),
+    (stall(SLEEPING, busy=False), "SQL thread idle: the replica is caught up"),
+    (stall({}, threads=()), "SQL thread not running: nothing to measure"),
+    (stall({}, threads=(), note=NO_GRANT), "SQL thread not measured: needs the PROCESS grant"
+                                           " (fix: GRANT PROCESS ON *.* TO 'lagd'@'localhost';)"),
+]
+
+
+@pytest.mark.parametrize(("view", "line"), STALL_LINES,
+                         ids=["reads", "reads-no-cpu", "cpu", "flush", "locks", "idle", "stopped",
+                              "no-grant"])
+def test_sql_thread_line_for_each_verdict(view: StallView, line: str) -> None:
+    doc = dict(load("lagging"), stall=as_json_part(view))
+    origin = Origin("daemon", "http://127.0.0.1:9904")
+    code, verdict_line = verdict(doc, 60, 300)
+    assert line in render_plain(screen_rows(doc, origin), origin, code, verdict_line).splitlines()
+
+
+def test_sql_thread_line_without_the_daemon() -> None:
+    doc = load("lagging")
+    origin = Origin("replica", "http://127.0.0.1:9904", "connection refused")
+    text = render_plain(screen_rows(doc, origin), origin, OK, "OK")
+    assert "SQL thread not measured: the daemon measures it and is not reachable" in text
+
+
+def as_json_part(view: StallView) -> Any:
+    return json.loads(json.dumps(_plain(view)))

@@ -123,6 +123,12 @@ FULL: list[tuple[str, dict[str, str], Any]] = [
     ("lagd_large_transactions_seen_total", {**CH, "kind": "load_data"}, 3.0),
     ("lagd_large_transactions_seen_total", {**CH, "kind": "insert_select"}, 0.0),
     ("lagd_advice_active", {"rule": "parallel_apply", "severity": "warning"}, 1.0),
+    ("lagd_sql_thread_seconds_total", {**CH, "state": "disk_read"}, 71.0),
+    ("lagd_sql_thread_seconds_total", {**CH, "state": "on_cpu"}, 20.0),
+    ("lagd_sql_thread_share", {**CH, "state": "disk_read"}, 0.71),
+    ("lagd_sql_thread_share", {**CH, "state": "on_cpu"}, 0.2),
+    ("lagd_machine_spare_cores", {}, 1.2),
+    ("lagd_prefetch_gate_open", {}, 1.0),
     ("lagd_advice_active", {"rule": "binlog_compression", "severity": "info"}, 0.0),
 ]
 # SQL thread stopped: NULL SBM leaves no sample, but its history stays
@@ -138,6 +144,9 @@ STOPPED: list[tuple[str, dict[str, str], Any]] = [
     ("lagd_apply_speed_ratio", CH, 0.0),
     ("lagd_prefetch_benefit_ratio", {}, ABSENT),
     ("lagd_prefetch_state", {"state": "paused"}, 1.0),
+    ("lagd_sql_thread_seconds_total", {**CH, "state": "disk_read"}, 71.0),  # the counter stays
+    ("lagd_sql_thread_share", {**CH, "state": "disk_read"}, ABSENT),  # nothing measured now
+    ("lagd_prefetch_gate_open", {}, ABSENT),
 ]
 # just started: nothing known, nothing made up
 EMPTY: list[tuple[str, dict[str, str], Any]] = [
@@ -154,6 +163,11 @@ EMPTY: list[tuple[str, dict[str, str], Any]] = [
     ("lagd_prefetch_lead_transactions", {}, ABSENT),
     ("lagd_upcoming_transaction_bytes", DEFAULT, ABSENT),
     ("lagd_build_info", {"version": "1.2.3"}, 1.0),
+    # no PROCESS grant: never measured is absent, not 0; the spare cores are known
+    ("lagd_sql_thread_seconds_total", {**DEFAULT, "state": "disk_read"}, ABSENT),
+    ("lagd_sql_thread_share", {**DEFAULT, "state": "disk_read"}, ABSENT),
+    ("lagd_machine_spare_cores", {}, 1.5),
+    ("lagd_prefetch_gate_open", {}, ABSENT),
 ]
 CASES: list[tuple[str, Callable[[], Snapshot], str, dict[str, str], Any]] = [
     *(("full", full_snapshot, *c) for c in FULL),

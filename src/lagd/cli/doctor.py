@@ -167,7 +167,13 @@ def grant_findings(grants: Grants, flavor: ServerFlavor, account: str,
             else:
                 granted.append(f"{n.name} through {via[0]}" if via else f"{n.name} through a role")
         out.append(Finding("grants", OK, f"{account} has what lagd needs: {', '.join(granted)}"))
-    allowed = _HARMLESS | {n.name for n in needed} | {"REPLICA MONITOR", "REPLICATION CLIENT"}
+    if flavor.is_mariadb and flavor.version >= (10, 5) and not have & {"PROCESS", "ALL PRIVILEGES"}:
+        # MariaDB lists the SQL thread's OS thread id (PROCESSLIST.TID) only to
+        # PROCESS; MySQL's performance_schema.threads needs only SELECT.
+        out.append(Finding("grants", INFO, f"recommended: PROCESS for {account}: without it the SQL-thread"
+                                           " split (where its time goes, and prefetch's fast gate) is not"
+                                           " measured", f"GRANT PROCESS ON *.* TO {account};"))
+    allowed = _HARMLESS | {n.name for n in needed} | {"REPLICA MONITOR", "REPLICATION CLIENT", "PROCESS"}
     extra_global = sorted(have - allowed)
     extra_objects = {o: sorted(p - _HARMLESS) for o, p in grants.object_privs.items() if p - _HARMLESS}
     if extra_global or extra_objects:

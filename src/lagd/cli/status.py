@@ -247,6 +247,7 @@ def screen_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:
         rows.append(Row("config", str(snap["config_error"]), "warn"))
     rows += _lag_rows(snap, lag, origin)
     rows += _progress_rows(lag, origin)
+    rows += _stall_rows(snap, origin)
     rows += _prefetch_rows(snap, origin)
     rows += _advisor_rows(snap.get("advisor"), origin)
     return rows
@@ -388,6 +389,19 @@ def _progress_rows(lag: Mapping[str, Any] | None, origin: Origin) -> list[Row]:
     else:
         rows.append(Row("ETA", f"{_secs(eta)}: {reason}"))
     return rows
+
+
+def _stall_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:
+    """Where the SQL thread's time goes, in one line (``StallView.summary``)."""
+    if origin.source == "replica":
+        return [Row("SQL thread", "not measured: the daemon measures it and is not reachable", "dim")]
+    v = snap.get("stall")
+    if not isinstance(v, Mapping):
+        return []  # a daemon too old to measure it
+    kind = str(v.get("verdict"))
+    tone = "ok" if v.get("prefetch_can_help") else ("warn" if kind == "unknown" and v.get("threads_note")
+                                                    else "")
+    return [Row("SQL thread", str(v.get("summary", "")).removeprefix("SQL thread: "), tone)]
 
 
 def _prefetch_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:

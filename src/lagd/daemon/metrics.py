@@ -356,6 +356,33 @@ def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
     yield from _nonempty(families)
 
 
+def stall_metrics(s: Snapshot) -> Iterator[Metric]:
+    """The SQL thread's time split (absent until measured) and the machine's spare cores."""
+    v = s.stall
+    if v is None:
+        return
+    ch = s.channel
+    seconds = _counter("lagd_sql_thread_seconds",
+                       "Seconds the SQL thread (or the parallel workers, summed) spent per state,"
+                       " from /proc; absent until a thread was measured.", ["channel", "state"])
+    for state, secs in sorted((v.seconds or {}).items()):
+        _add(seconds, [ch, state], secs)
+    share = _gauge("lagd_sql_thread_share",
+                   "Share of the SQL thread's time per state over the recent window; absent when unknown.",
+                   ["channel", "state"])
+    for state, frac in sorted((v.shares or {}).items()):
+        _add(share, [ch, state], frac)
+    spare = _gauge("lagd_machine_spare_cores",
+                   "Idle CPU cores of the machine over the last sampling interval.")
+    _add(spare, [], v.spare_cores)
+    gate = _gauge("lagd_prefetch_gate_open",
+                  "1 while the prefetch gate lets probes run on the SQL-thread split, 0 while it holds"
+                  " them; absent while no engine uses the split (the reason is in /status).")
+    if v.gate_open is not None:
+        gate.add_metric([], 1.0 if v.gate_open else 0.0)
+    yield from _nonempty((seconds, share, spare, gate))
+
+
 def _biggest(values: Iterable[float | int | None]) -> float:
     return float(max((v for v in values if v is not None), default=0.0))
 
@@ -431,6 +458,7 @@ CONCERNS: tuple[tuple[str, Callable[[Snapshot], Iterable[Metric]]], ...] = (
     ("replica", replica_metrics),
     ("lag", lag_metrics),
     ("prefetch", prefetch_metrics),
+    ("stall", stall_metrics),
     ("advisor", advisor_metrics),
 )
 

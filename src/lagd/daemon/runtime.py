@@ -41,7 +41,7 @@ from lagd.backlog import Backlog
 from lagd.config import PrefetchSettings, Settings
 from lagd.daemon.collect import HeartbeatSource, ReplicaReading, StatusMonitor, collect
 from lagd.daemon.health import Tracked
-from lagd.daemon.state import ReplicaInfo, Snapshot
+from lagd.daemon.state import ReplicaInfo, Snapshot, StallView
 from lagd.errors import LagdError
 from lagd.lag import Backlog as LagBacklog
 from lagd.lag import LagMethod, LagReading, LagTracker, ReplicaState
@@ -118,7 +118,26 @@ class Prefetcher(Protocol):
         """Apply the reloaded settings that ``config.RELOAD`` marks in place."""
         ...
 
+    def gate(self) -> tuple[bool, str] | None:
+        """The fast gate's decision (open, reason); None when it does not use the SQL-thread split."""
+        ...
+
     async def close(self) -> None: ...
+
+
+class Stall(Protocol):
+    """Where the SQL thread's time goes (``lagd.daemon.sqlthread.ProcStall``): sampled in a
+    thread of its own from start to stop, whether prefetch runs or not."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    async def refresh(self, sql_running: bool, mariadb: bool) -> None:
+        """Find the applier threads again when due (a query with a deadline)."""
+        ...
+
+    def view(self, busy: bool, gate: tuple[bool, str] | None) -> StallView: ...
 
 
 # (prefetch settings, relay-log index, the server is MariaDB) -> a prefetcher ready to run
@@ -142,6 +161,7 @@ class Parts:
     prefetch: PrefetchFactory
     advisor: AdvisorRuntime
     clock: Clock = field(default_factory=Clock)
+    stall: Stall | None = None
 
 
 # ----- pure decisions -----------------------------------------------------------------
@@ -248,9 +268,11 @@ class Runtime:
 
     def start(self) -> None:
         self._stop.clear()
+        if self.parts.stall is not None:
+            self.parts.stall.start()
         self._tasks = {n: asyncio.create_task(c, name=n) for n, c in (
             ("ticker", self._ticker()), ("lag", self._lag_loop()), ("relay", self._relay_loop()),
-            ("advisor", self._advisor_loop()))}
+            ("advisor", self._advisor_loop()), ("stall", self._stall_loop()))}
 
     @property
     def stopping(self) -> bool:
@@ -263,6 +285,8 @@ class Runtime:
             t.cancel()
         await asyncio.gather(*self._tasks.values(), return_exceptions=True)
         self._tasks = {}
+        if self.parts.stall is not None:
+            self.parts.stall.stop()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.parts.monitor.close(), 1.0)
         self.parts.session.close()
@@ -351,6 +375,19 @@ class Runtime:
             self.ready = True
             self.on_ready()
         return reading
+
+    async def _stall_loop(self) -> None:
+        """Point the stall monitor at the applier threads the replica has now.
+
+        A task of its own: a slow answer (bounded by the session's deadline)
+        never delays a lag poll."""
+        stall = self.parts.stall
+        while stall is not None and not self._stop.is_set():
+            st = self.reading.status if self.reading is not None else None
+            if st is not None:
+                flavor = self.parts.monitor.flavor
+                await stall.refresh(st.sql_running, bool(flavor and flavor.is_mariadb))
+            await self._sleep(0.25)  # refresh asks the server only when due or the SQL thread changed
 
     def _status_fix(self, cur: ReplicaReading) -> str | None:
         err = cur.status_error or ""
@@ -581,4 +618,13 @@ class Runtime:
             lag=self.lag, prefetch=ps, prefetch_off_reason=None if ps else self.prefetch_off,
             advisor=self.advisor.snapshot(),
             health=tuple(t.value() for t in hl.values()),
-            loop_age=self.clock.mono() - self.loop_tick)
+            loop_age=self.clock.mono() - self.loop_tick, stall=self._stall_view())
+
+    def _stall_view(self) -> StallView | None:
+        if self.parts.stall is None:
+            return None
+        # An SQL thread waiting for events sleeps: only a backlog makes its split mean something.
+        state = self.lag.state if self.lag is not None else None
+        busy = state is not ReplicaState.IDLE
+        gate = self.prefetcher.gate() if self.prefetcher is not None else None
+        return self.parts.stall.view(busy, gate)

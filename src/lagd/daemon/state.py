@@ -54,6 +54,32 @@ class ReplicaInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class StallView:
+    """Where the SQL thread's (or the parallel workers') time goes, measured from /proc.
+
+    ``seconds``: cumulative per state (``lagd.prefetch.stall.STATES``) since the
+    daemon started, None until a thread was ever sampled; ``shares``: the split
+    over the last ``window_seconds``, None when unknown (no thread measured, no
+    sample in the window, the sampler stopped). ``threads_note``: why no thread
+    is measured, with the fix. ``gate_*``: the prefetch engine's fast gate
+    (None while no engine runs or it does not use the split).
+    """
+
+    seconds: dict[str, float] | None
+    shares: dict[str, float] | None
+    window_seconds: float
+    verdict: str  # reads, cpu, flush, other, idle, unknown
+    text: str
+    prefetch_can_help: bool
+    spare_cores: float | None  # idle cores of the machine over the last sampling interval
+    threads: tuple[int, ...]  # OS thread ids measured
+    threads_note: str | None
+    gate_open: bool | None
+    gate_reason: str | None
+    summary: str  # the one line lagctl status prints
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     taken_at: float  # wall clock
     version: str
@@ -70,6 +96,7 @@ class Snapshot:
     advisor: AdvisorSnapshot | None
     health: tuple[Health, ...]
     loop_age: float  # seconds since the main loop last ticked
+    stall: StallView | None = None  # None: the daemon has no stall monitor (tests, other hosts)
 
     @property
     def channel(self) -> str:

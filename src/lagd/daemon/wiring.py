@@ -22,8 +22,10 @@ from typing import Any
 
 from lagd.advisor.runtime import AdvisorRuntime
 from lagd.config import PrefetchSettings, Settings
+from lagd.daemon import sqlthread
 from lagd.daemon.collect import ReplicaReading, collect
 from lagd.daemon.runtime import Parts, Prefetcher, RelayReader, Runtime, poll_timeout
+from lagd.daemon.sqlthread import ProcStall
 from lagd.errors import LagdError
 from lagd.heartbeat import HeartbeatRow, read_heartbeat
 from lagd.mysql.endpoint import Endpoint
@@ -33,6 +35,7 @@ from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine, PrefetchSnapshot, with_limits
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.prefetch.service import PrefetchOptions, build_engine, check_readable, relay_log_index
+from lagd.prefetch.stall import StallMonitor
 from lagd.relaylog import LogFiles, RelayLogReader, RelayPosition, TableMapResolver
 
 
@@ -121,6 +124,11 @@ class EnginePrefetcher:
     def configure(self, settings: PrefetchSettings) -> None:
         configure_engine(self.engine, settings, self.pool_bytes)
 
+    def gate(self) -> tuple[bool, str] | None:
+        if self.engine.stall is None:
+            return None
+        return self.engine.gate_state.open, self.engine.gate_state.reason
+
     async def close(self) -> None:
         await self.engine.monitor.close()
 
@@ -133,14 +141,15 @@ def _pool_bytes(conn: Any) -> int:
     return int(value or 128 << 20)
 
 
-def prefetch_factory(endpoint: Endpoint, session: BlockingSession) -> Any:
+def prefetch_factory(endpoint: Endpoint, session: BlockingSession,
+                     stall_monitor: StallMonitor | None = None) -> Any:
     async def build(p: PrefetchSettings, index: Path, mariadb: bool) -> Prefetcher:
         pool_bytes = await session.run(_pool_bytes)
         engine = await build_engine(
             endpoint, prefetch_options(p),
             lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe, schemas=o.schemas,
                                    exclude_schemas=o.exclude_schemas),
-            index=index, mariadb=mariadb, pool_bytes=pool_bytes)
+            index=index, mariadb=mariadb, pool_bytes=pool_bytes, stall_monitor=stall_monitor)
         return EnginePrefetcher(engine, pool_bytes)
     return build
 
@@ -148,13 +157,15 @@ def prefetch_factory(endpoint: Endpoint, session: BlockingSession) -> Any:
 def parts(settings: Settings) -> Parts:
     endpoint = endpoint_of(settings)
     session = BlockingSession(endpoint)
+    # One stall monitor for the daemon's life; the engine borrows it while it runs.
+    stall = ProcStall(lambda sql: session.run(lambda c: sqlthread.rows(c, sql)), settings.replica.user)
     return Parts(
         monitor=ReplicaMonitor.of(endpoint, settings.replica.channel),
         session=session,
         heartbeat=SessionHeartbeat(heartbeat_session(endpoint, settings)),
         relay=FileRelay(session),
-        prefetch=prefetch_factory(endpoint, session),
-        advisor=AdvisorRuntime(settings.advisor))
+        prefetch=prefetch_factory(endpoint, session, stall.monitor),
+        advisor=AdvisorRuntime(settings.advisor), stall=stall)
 
 
 def runtime(settings: Settings, config_path: Path | None = None,

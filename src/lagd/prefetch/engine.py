@@ -106,7 +106,7 @@ class PrefetchEngine:
     def __init__(self, reader: RelayLogReader, monitor: ReplicaMonitor, pool: ProbePool,
                  batcher: Any, limits: control.Limits, tuning: control.Tuning, *,
                  window_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic,
-                 stall_monitor: stall.StallMonitor | None = None) -> None:
+                 stall_monitor: stall.StallMonitor | None = None, stall_shared: bool = False) -> None:
         self.reader = reader
         self.monitor = monitor
         self.pool = pool
@@ -161,6 +161,8 @@ class PrefetchEngine:
         self._cursor = OneThread("lagd-prefetch-cursor")
         # The fast gate (control.stall_gate): about a second of the SQL thread's own time.
         self.stall = stall_monitor if tuning.adaptive else None
+        # Shared: the daemon starts it and finds the threads; the engine only reads it.
+        self._stall_own = not stall_shared
         self.gate_state = control.UNMEASURED
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
@@ -362,7 +364,8 @@ class PrefetchEngine:
             self._new_sample.set()
             now = self._clock()
             running = self._sample.status is not None and self._sample.status.sql_running
-            if self.stall is not None and (now >= next_discovery or running != was_running):
+            due = now >= next_discovery or running != was_running
+            if self.stall is not None and self._stall_own and due:
                 # The applier threads change on every START SLAVE and restart.
                 self.stall.set_threads(await self._appliers())
                 next_discovery = now + 2.0
@@ -404,7 +407,7 @@ class PrefetchEngine:
         await self._start_window()
         self._checked_rows, self._checked_reads = self.counters.rows_done, self._win["reads"]
         next_gate = self._clock() + 1.0
-        if self.stall is not None:
+        if self.stall is not None and self._stall_own:
             self.stall.start()
         try:
             while not stop.is_set():
@@ -439,7 +442,7 @@ class PrefetchEngine:
         finally:
             poller.cancel()
             await asyncio.gather(poller, return_exceptions=True)
-            if self.stall is not None:
+            if self.stall is not None and self._stall_own:
                 self.stall.stop()
             self._cursor.close()
             await self.pool.close()

@@ -78,8 +78,12 @@ def information_schema_connect(endpoint: Endpoint) -> Callable[[], Any]:
 
 
 async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factory: Callable[..., Any],
-                       *, index: Path, mariadb: bool, pool_bytes: int, channel: str = "") -> PrefetchEngine:
-    """A prefetch engine whose cursor starts at the SQL thread's position."""
+                       *, index: Path, mariadb: bool, pool_bytes: int, channel: str = "",
+                       stall_monitor: StallMonitor | None = None) -> PrefetchEngine:
+    """A prefetch engine whose cursor starts at the SQL thread's position.
+
+    ``stall_monitor``: the daemon's own, which samples and finds the applier
+    threads itself; without it the engine makes and runs one of its own."""
     monitor = ReplicaMonitor.of(endpoint, channel, quiet=True)  # the daemon's own monitor speaks
     sample = await monitor.poll()
     if sample.status is None:
@@ -109,4 +113,6 @@ async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factor
     tuning = control.Tuning(opts.min_lead_transactions, opts.max_lead_transactions,
                             max(1, opts.connections // 2), opts.connections, opts.adaptive)
     return PrefetchEngine(reader, monitor, pool, batcher_factory(opts), limits, tuning,
-                          window_seconds=opts.evaluate_window_seconds, stall_monitor=StallMonitor())
+                          window_seconds=opts.evaluate_window_seconds,
+                          stall_monitor=stall_monitor or StallMonitor(),
+                          stall_shared=stall_monitor is not None)

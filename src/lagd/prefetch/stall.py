@@ -10,8 +10,9 @@ Finding the threads (their Linux thread ids):
 
 - MariaDB (10.5+): ``information_schema.PROCESSLIST.TID``, for the rows whose
   COMMAND is ``Slave_SQL`` (or ``Slave_worker`` with parallel replication).
-  It needs no performance_schema (off by default, and off in the sandbox) and
-  only the PROCESS privilege lagd has for its status checks. MariaDB 10.11
+  It needs no performance_schema (off by default, and off in the sandbox) but
+  the PROCESS privilege (recommended in lagd's grants; without it the query
+  sees only lagd's own sessions). MariaDB 10.11
   does not name its threads: every task's ``comm`` is ``mariadbd``, so /proc
   alone cannot tell the SQL thread from a connection.
 - MySQL 8: ``performance_schema.threads.THREAD_OS_ID`` for
@@ -310,6 +311,12 @@ class StallMonitor:
     @property
     def threads(self) -> tuple[int, ...]:
         return tuple(self._last)
+
+    @property
+    def sampled_at(self) -> float | None:
+        """When the last sample was taken (monotonic), None before the first."""
+        with self._lock:
+            return self._history[-1][0] if self._history else None
 
     def set_threads(self, tids: Iterable[int]) -> None:
         with self._lock:

@@ -63,8 +63,9 @@ __all__ = [
 
 log = logging.getLogger("lagd.sandbox.pair")
 
-# Exactly what lagd needs; see docs/sandbox.md for how this was established.
-LAGD_GRANTS = "SELECT, SLAVE MONITOR, BINLOG MONITOR"
+# Exactly what lagd needs, and PROCESS it recommends (the SQL thread's OS thread id);
+# see docs/sandbox.md for how this was established.
+LAGD_GRANTS = "SELECT, SLAVE MONITOR, BINLOG MONITOR, PROCESS"
 # Only a directory holding this file is ever deleted by stop(): a corrupt or
 # hand-edited state file must not make us rmtree something else.
 _MARKER = ".lagd-sandbox"

@@ -1,0 +1,214 @@
+"""The daemon's SQL-thread split: finding the threads (ProcStall with a scripted query
+and recorded /proc files), the typed view, and the runtime owning it (a fake Stall).
+
+No server: the query is the collaborator boundary; /proc is a dict of files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from metrics_snapshots import full_snapshot
+from runtime_fakes import runtime, settings
+from test_runtime import stop_within_budget, until
+
+from lagd.daemon import metrics
+from lagd.daemon.sqlthread import ProcStall, account_of, foreign_threads, stall_view
+from lagd.daemon.state import StallView
+from lagd.lag import ReplicaState
+from lagd.prefetch.stall import StallMonitor
+
+MARIADB_ROWS = [{"tid": 4242, "role": "Slave_SQL"}]
+
+
+def proc(tid: int, *, comm: str = "mariadbd", state: str = "D", cpu_ns: int = 0, queue_ns: int = 0,
+         cpu: tuple[int, int] = (100, 200)) -> dict[str, str]:
+    """The /proc files the monitor reads for one thread of process 4000."""
+    stat = f"{tid} (mariadbd) {state} 1 " + " ".join(["0"] * 9) + " 5 6 " + " ".join(["0"] * 30)
+    return {f"/proc/{tid}/status": f"Name:\t{comm}\nTgid:\t4000\n", "/proc/4000/comm": f"{comm}\n",
+            f"/proc/{tid}/stat": stat, f"/proc/{tid}/schedstat": f"{cpu_ns} {queue_ns} 10\n",
+            f"/proc/{tid}/io": "read_bytes: 0\n",
+            "/proc/stat": f"cpu  {cpu[0]} 0 0 {cpu[1]} 0 0 0 0 0 0\n"}
+
+
+class Procfs:
+    def __init__(self, files: dict[str, str]) -> None:
+        self.files = files
+
+    def __call__(self, path: str) -> str:
+        try:
+            return self.files[path]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make(answers: dict[str, Any], files: dict[str, str]) -> tuple[ProcStall, Procfs, Clock, list[str]]:
+    asked: list[str] = []
+
+    async def query(sql: str) -> list[dict[str, Any]]:
+        asked.append(sql)
+        got = next((v for k, v in answers.items() if k in sql), [])
+        if isinstance(got, Exception):
+            raise got
+        return list(got)
+
+    fs, clock = Procfs(files), Clock()
+    monitor = StallMonitor(read=fs, clock=clock, cpus=2)
+    return ProcStall(query, "lagd", monitor, read=fs, clock=clock), fs, clock, asked
+
+
+# ----- finding the threads -------------------------------------------------------------
+
+
+def test_no_process_grant_says_the_grant_for_the_account() -> None:
+    ps, _, _, asked = make({"PROCESSLIST": [], "CURRENT_USER": [{"u": "lagd@10.0.0.%"}]}, proc(4242))
+    asyncio.run(ps.refresh(True, mariadb=True))
+    assert ps.note == "needs the PROCESS grant (fix: GRANT PROCESS ON *.* TO 'lagd'@'10.0.0.%';)"
+    assert ps.monitor.threads == () and "information_schema.PROCESSLIST" in asked[0]
+    v = ps.view(busy=True, gate=None)
+    assert v.seconds is None and v.shares is None and v.verdict == "unknown"
+    assert v.summary.startswith("SQL thread: not measured: needs the PROCESS grant")
+
+
+def test_mysql_without_performance_schema_says_so() -> None:
+    ps, _, _, asked = make({"performance_schema": [], "CURRENT_USER": [{"u": "lagd@localhost"}]}, {})
+    asyncio.run(ps.refresh(True, mariadb=False))
+    assert "performance_schema.threads" in asked[0]
+    assert "GRANT SELECT ON performance_schema.threads TO 'lagd'@'localhost'" in (ps.note or "")
+
+
+def test_a_failing_query_is_the_note() -> None:
+    ps, _, _, _ = make({"PROCESSLIST": RuntimeError("Unknown column 'TID'")}, {})
+    asyncio.run(ps.refresh(True, mariadb=True))
+    assert ps.note == "cannot list the SQL thread's OS thread: Unknown column 'TID'"
+
+
+@pytest.mark.parametrize(("files", "why"), [
+    ({}, "is not visible here"),
+    (proc(4242, comm="bash"), "is process 'bash' here, not the server"),
+], ids=["missing", "other-process"])
+def test_a_thread_of_another_host_or_namespace_is_not_measured(files: dict[str, str], why: str) -> None:
+    assert why in (foreign_threads([4242], Procfs(files)) or "")
+    ps, _, _, _ = make({"PROCESSLIST": MARIADB_ROWS}, files)
+    asyncio.run(ps.refresh(True, mariadb=True))
+    assert ps.note is not None and why in ps.note and ps.monitor.threads == ()
+
+
+@pytest.mark.parametrize(("given", "want"), [("lagd@localhost", "'lagd'@'localhost'"),
+                                             ("a@b@c", "'a@b'@'c'"), (None, "'lagd'@'<host>'")])
+def test_account_of(given: str | None, want: str) -> None:
+    assert account_of(given, "lagd") == want
+
+
+def test_found_thread_is_sampled_and_split() -> None:
+    files = proc(4242)
+    ps, fs, clock, asked = make({"PROCESSLIST": MARIADB_ROWS}, files)
+    asyncio.run(ps.refresh(True, mariadb=True))
+    assert ps.note is None
+    # Not asked again before it is due, unless the SQL thread starts or stops.
+    asyncio.run(ps.refresh(True, mariadb=True))
+    assert len(asked) == 1
+    for i in range(1, 11):  # 1 s: 0.3 s on CPU, 0.7 s blocked on a read, one core idle
+        clock.now += 0.1
+        fs.files.update(proc(4242, cpu_ns=i * 30_000_000, cpu=(100 + i * 10, 200 + i * 10)))
+        ps.monitor.sample()
+    v = ps.view(busy=True, gate=(True, "prefetching"))
+    assert v.threads == (4242,) and v.seconds is not None and v.shares is not None
+    assert v.shares["on_cpu"] == pytest.approx(0.3) and v.shares["disk_read"] == pytest.approx(0.7)
+    assert v.verdict == "reads" and v.prefetch_can_help and v.spare_cores == pytest.approx(1.0)
+    assert v.gate_open is True and v.gate_reason == "prefetching"
+    assert v.summary == "SQL thread: 70% waiting on disk reads, 30% on CPU (last 10 s): prefetch can help"
+    # The sampler stopped: its last split is stale, so unknown; the counters stay.
+    clock.now += 60
+    stale = ps.view(busy=True, gate=None)
+    assert stale.shares is None and stale.spare_cores is None and stale.verdict == "unknown"
+    assert stale.seconds == v.seconds
+    # The SQL thread stops: nothing measured, and it is said.
+    asyncio.run(ps.refresh(False, mariadb=True))
+    assert ps.monitor.threads == () and len(asked) == 1
+
+
+# ----- the runtime owns one -------------------------------------------------------------
+
+
+class FakeStall:
+    """The Stall protocol: records what the runtime asks, answers a fixed view."""
+
+    def __init__(self, view: StallView) -> None:
+        self.view_ = view
+        self.started = self.stopped = 0
+        self.refreshed: list[tuple[bool, bool]] = []
+        self.asked: list[tuple[bool, tuple[bool, str] | None]] = []
+
+    def start(self) -> None:
+        self.started += 1
+
+    def stop(self) -> None:
+        self.stopped += 1
+
+    async def refresh(self, sql_running: bool, mariadb: bool) -> None:
+        self.refreshed.append((sql_running, mariadb))
+
+    def view(self, busy: bool, gate: tuple[bool, str] | None) -> StallView:
+        self.asked.append((busy, gate))
+        return self.view_
+
+
+UNMEASURED = stall_view({"seconds": {}, "recent": {}, "threads": [], "headroom_cores": None,
+                         "verdict": "unknown", "text": "", "prefetch_can_help": False},
+                        measured=False, note="needs the PROCESS grant (fix: ...)", fresh=False, gate=None)
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("prefetch", [False, True], ids=["prefetch-off", "prefetch-on"])
+async def test_runtime_measures_whether_prefetch_runs_or_not(prefetch: bool) -> None:
+    rt, _ = runtime(settings(prefetch={"enabled": prefetch}))
+    fake = FakeStall(full_snapshot().stall or UNMEASURED)
+    rt.parts.stall = fake
+    rt.start()
+    try:
+        await until(lambda: rt.lag is not None and rt.lag.state is ReplicaState.IDLE
+                    and len(fake.refreshed) >= 2, "idle, threads looked for")
+        if prefetch:
+            await until(lambda: rt.prefetcher is not None, "prefetcher")
+        assert fake.started == 1 and fake.refreshed[-1] == (True, True)  # running, MariaDB
+        snap = rt.snapshot()
+        assert snap.stall is fake.view_
+        busy, gate = fake.asked[-1]
+        assert busy is False  # caught up: the SQL thread sleeps, its split says nothing
+        assert (gate is not None) is prefetch
+        assert snap.to_json()["stall"]["summary"] == fake.view_.summary
+    finally:
+        await stop_within_budget(rt)
+    assert fake.stopped == 1
+
+
+@pytest.mark.asyncio
+async def test_unmeasured_is_absent_from_the_metrics_not_zero() -> None:
+    rt, _ = runtime()
+    rt.parts.stall = FakeStall(UNMEASURED)
+    rt.start()
+    try:
+        await until(lambda: rt.reading is not None, "polled")
+        text = metrics.render(rt.snapshot).decode()
+    finally:
+        await stop_within_budget(rt)
+    for name in ("lagd_sql_thread_seconds_total", "lagd_sql_thread_share", "lagd_machine_spare_cores",
+                 "lagd_prefetch_gate_open"):
+        assert name not in text, name
+    assert 'lagd_scrape_collector_success{collector="stall"} 1.0' in text
+
+
+def test_no_stall_collaborator_no_view() -> None:
+    rt, _ = runtime()
+    assert rt.snapshot().stall is None

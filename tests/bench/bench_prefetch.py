@@ -65,6 +65,16 @@ NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets 
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
 
 
+def set_pool(pool: str) -> None:
+    """Use ``pool`` (e.g. "64M") instead of 256M for the cold/prefetch/parallel modes:
+    a smaller table keeps the table/pool ratio of the full setup."""
+    units = {"M": 20, "G": 30}
+    POOL_BYTES[pool] = int(pool[:-1]) << units[pool[-1].upper()]
+    for name, (p, threads, pf, warm) in list(MODES.items()):
+        if p == "256M":
+            MODES[name] = (pool, threads, pf, warm)
+
+
 @dataclass
 class Run:
     workload: str
@@ -217,6 +227,9 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--pool", default="256M", help="buffer pool of the cold/prefetch/parallel modes")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="instead of --modes: N interleaved cold,prefetch pairs per workload")
     ap.add_argument("--changes", type=int, default=50_000)
     ap.add_argument("--workloads", default=",".join(prefetch_setup.WORKLOADS))
     ap.add_argument("--modes", default=DEFAULT_MODES)
@@ -233,17 +246,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
     args = ap.parse_args(argv)
     NICE[0] = args.nice
+    set_pool(args.pool)
     PF_OPTIONS.update(json.loads(args.pf_options))
     SERVER_OPTIONS.update(json.loads(args.server_options))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cache = args.cache or default_cache_dir() / "bench" / f"prefetch-{args.rows}"
     if args.rebuild:
         (cache / "meta.json").unlink(missing_ok=True)
-    meta = prefetch_setup.build(cache, args.rows, args.changes, list(prefetch_setup.WORKLOADS))
+    wanted = [w for w in args.workloads.split(",") if w]
+    if args.plan:
+        wanted = sorted({part.partition(":")[0] for part in args.plan.split(";")}
+                        | ({"update_pk"} if args.harm else set()))
+    meta = prefetch_setup.build(cache, args.rows, args.changes, wanted)
     if args.setup_only:
         print(json.dumps(meta, indent=2))
         return 0
-    plan = [(w, m) for w in args.workloads.split(",") for m in args.modes.split(",") if m]
+    plan = [(w, m) for w in wanted for m in args.modes.split(",") if m]
+    if args.pairs:  # cold, prefetch, cold, prefetch, ...: drift on a shared machine hits both alike
+        plan = [(w, m) for w in wanted for _ in range(args.pairs) for m in ("cold", "prefetch")]
     if args.plan:  # "update_pk:cold,prefetch,hot;delete:cold,prefetch"
         plan = [(w, m) for part in args.plan.split(";") for w, _, ms in [part.partition(":")]
                 for m in ms.split(",") if m]
@@ -251,20 +271,75 @@ def main(argv: list[str] | None = None) -> int:
         plan += [("update_pk", m) for m in HARM_MODES.split(",")]
     results: list[Run] = []
     cfg = SandboxConfig(gtid=False, o_direct=True, replica_buffer_pool_mb=256)
+    raw = args.out / "benchmark-runs.jsonl"  # every run as it ends: a cut-short invocation keeps its pairs
     with Sandbox(cfg) as sb:
         for workload, mode in plan:
             r = run_one(sb, cache, meta, workload, mode)
             results.append(r)
+            with raw.open("a") as f:
+                f.write(json.dumps(run_record(r)) + "\n")
             print(f"{workload:<10} {mode:<12} {r.seconds:7.1f} s {r.rate:9,.0f} rows/s "
                   f"{r.pool_reads:9d} pool reads  server CPU {r.server_cpu:.1f} s  {r.server_io}"
-                  + (f"  lagd CPU {r.lagd_cpu:.1f} s" if r.lagd_cpu else ""),
+                  + (f"  lagd CPU {r.lagd_cpu:.1f} s  gate {gate_summary(r)}" if r.lagd_cpu else ""),
                   flush=True)
     report = summarise(results, meta)
     print(report["table"])
+    print(pairs_table(results))
     print(json.dumps(report["json"], indent=1))
-    plot(results, args.out / "benchmark-lag.png")
-    write_doc(report, meta, args.out / "benchmarks.md")
+    if not args.pairs:
+        plot(results, args.out / "benchmark-lag.png")
+        write_doc(report, meta, args.out / "benchmarks.md")
     return 0
+
+
+def run_record(r: Run) -> dict[str, Any]:
+    return {"workload": r.workload, "mode": r.mode, "seconds": round(r.seconds, 2), "rows": r.rows,
+            "pool_reads": r.pool_reads, "lagd_cpu_s": r.lagd_cpu, "server_cpu_s": round(r.server_cpu, 2),
+            "server_io": r.server_io, "prefetch": r.prefetch}
+
+
+def gate_summary(r: Run) -> str:
+    """What the stall gate decided during a prefetch run: its transitions and final verdict."""
+    pf = r.prefetch or {}
+    stall = pf.get("stall") or {}
+    moves = pf.get("gate_log") or []
+    opened = sum(1 for _, msg in moves if "prefetching" in msg)
+    final = stall.get("gate_reason", "-")
+    return f"{len(moves)} changes ({opened} opened); last: {final}"
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def pair_ratios(results: list[Run]) -> dict[str, list[tuple[Run, Run]]]:
+    """Each prefetch run paired with the cold run just before it, per workload."""
+    pairs: dict[str, list[tuple[Run, Run]]] = {}
+    last_cold: dict[str, Run] = {}
+    for r in results:
+        if r.mode == "cold":
+            last_cold[r.workload] = r
+        elif r.mode == "prefetch" and r.workload in last_cold:
+            pairs.setdefault(r.workload, []).append((last_cold.pop(r.workload), r))
+    return pairs
+
+
+def pairs_table(results: list[Run]) -> str:
+    """Speed-up (cold seconds / prefetch seconds) per pair: median and spread."""
+    lines = ["| workload | pairs | median prefetch/cold | spread | cold s (median) | lagd CPU µs/row"
+             " | gate |",
+             "|---|---|---|---|---|---|---|"]
+    for w, ps in pair_ratios(results).items():
+        ratios = [c.seconds / p.seconds for c, p in ps]
+        us = [1e6 * p.lagd_cpu / p.rows for _, p in ps if p.lagd_cpu and p.rows]
+        lines.append(f"| {w} | {len(ps)} | {_median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x | "
+                     f"{_median([c.seconds for c, _ in ps]):.1f} | "
+                     f"{_median(us):.1f} | {gate_summary(ps[-1][1])} |" if us else
+                     f"| {w} | {len(ps)} | {_median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x | "
+                     f"{_median([c.seconds for c, _ in ps]):.1f} | - | - |")
+    return "\n".join(lines)
 
 
 def summarise(results: list[Run], meta: dict[str, Any]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ DEFAULT_MODES = "cold,prefetch,hot,parallel,parallel+pf"
 HARM_MODES = "harm_hot,harm_hot+pf,harm_32m,harm_32m+pf"
 SERVER_OPTIONS: dict[str, str] = {}  # extra replica options for every run (--server-options)
 PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-options)
+PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can measure (--process-grant)
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
 
@@ -169,6 +170,11 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     status0 = _status(rep)
     reads0 = status0["Innodb_buffer_pool_reads"]
     child = None
+    if prefetch and PROCESS_GRANT[0]:
+        # lagd's stall gate finds the SQL thread's OS id in PROCESSLIST, which needs
+        # PROCESS (docs/prefetch.md); the sandbox's lagd account lacks it.
+        for row in rep.query("SELECT Host FROM mysql.user WHERE User = %s", (rep.dsn.user,)):
+            rep.query(f"GRANT PROCESS ON *.* TO '{rep.dsn.user}'@'{row['Host']}'")
     if prefetch:
         spec = {"host": rep.dsn.host, "port": rep.dsn.port, "user": rep.dsn.user,
                 "password": rep.dsn.password, "index": str(sb.relay_log_index()),
@@ -228,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=20_000_000)
     ap.add_argument("--pool", default="256M", help="buffer pool of the cold/prefetch/parallel modes")
+    ap.add_argument("--process-grant", action=argparse.BooleanOptionalAction, default=True,
+                    help="grant lagd PROCESS on the replica (without it the stall gate cannot measure)")
     ap.add_argument("--pairs", type=int, default=0,
                     help="instead of --modes: N interleaved cold,prefetch pairs per workload")
     ap.add_argument("--changes", type=int, default=50_000)
@@ -244,9 +252,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pf-options", default="{}", help="JSON of prefetch options (experiments)")
     ap.add_argument("--server-options", default="{}", help="JSON of extra replica options for all runs")
     ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="only print the pairs table of a benchmark-runs.jsonl written earlier")
     args = ap.parse_args(argv)
+    if args.report:
+        print(pairs_table([load_run(json.loads(ln)) for ln in args.report.read_text().splitlines() if ln]))
+        return 0
     NICE[0] = args.nice
     set_pool(args.pool)
+    PROCESS_GRANT[0] = args.process_grant
     PF_OPTIONS.update(json.loads(args.pf_options))
     SERVER_OPTIONS.update(json.loads(args.server_options))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -298,14 +312,34 @@ def run_record(r: Run) -> dict[str, Any]:
             "server_io": r.server_io, "prefetch": r.prefetch}
 
 
+def load_run(d: dict[str, Any]) -> Run:
+    return Run(d["workload"], d["mode"], d["seconds"], d["rows"], d["pool_reads"], d["lagd_cpu_s"], [],
+               d["prefetch"], d["server_cpu_s"], d["server_io"])
+
+
 def gate_summary(r: Run) -> str:
-    """What the stall gate decided during a prefetch run: its transitions and final verdict."""
+    """What decided during a prefetch run: the stall gate (its transitions and last verdict)
+    and the slower controller (its last state when that is not active)."""
     pf = r.prefetch or {}
     stall = pf.get("stall") or {}
     moves = pf.get("gate_log") or []
-    opened = sum(1 for _, msg in moves if "prefetching" in msg)
-    final = stall.get("gate_reason", "-")
-    return f"{len(moves)} changes ({opened} opened); last: {final}"
+    shut = sum(1 for _, msg in moves if "prefetching" not in msg)
+    text = (f"gate {'open' if stall.get('gate_open') else 'shut'} at the end, shut {shut}x: "
+            f"{stall.get('gate_reason', 'not measured')}")
+    if pf.get("state") == "backed_off":
+        text += f"; controller backed off: {pf.get('reason')}"
+    return text
+
+
+def split_summary(r: Run) -> str:
+    """The SQL thread's time during a prefetch run, from lagd's stall monitor."""
+    secs = ((r.prefetch or {}).get("stall") or {}).get("seconds") or {}
+    total = sum(secs.values())
+    if not total:
+        return "-"
+    short = {"on_cpu": "CPU", "disk_read": "reads", "cpu_wait": "runnable", "flush_wait": "flush",
+             "other_wait": "other"}
+    return " ".join(f"{short.get(k, k)} {100 * v / total:.0f}%" for k, v in secs.items() if v)
 
 
 def _median(xs: list[float]) -> float:
@@ -329,16 +363,15 @@ def pair_ratios(results: list[Run]) -> dict[str, list[tuple[Run, Run]]]:
 def pairs_table(results: list[Run]) -> str:
     """Speed-up (cold seconds / prefetch seconds) per pair: median and spread."""
     lines = ["| workload | pairs | median prefetch/cold | spread | cold s (median) | lagd CPU µs/row"
-             " | gate |",
-             "|---|---|---|---|---|---|---|"]
+             " | SQL thread (last prefetch run) | what decided (last prefetch run) |",
+             "|---|---|---|---|---|---|---|---|"]
     for w, ps in pair_ratios(results).items():
         ratios = [c.seconds / p.seconds for c, p in ps]
         us = [1e6 * p.lagd_cpu / p.rows for _, p in ps if p.lagd_cpu and p.rows]
+        last = ps[-1][1]
         lines.append(f"| {w} | {len(ps)} | {_median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x | "
-                     f"{_median([c.seconds for c, _ in ps]):.1f} | "
-                     f"{_median(us):.1f} | {gate_summary(ps[-1][1])} |" if us else
-                     f"| {w} | {len(ps)} | {_median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x | "
-                     f"{_median([c.seconds for c, _ in ps]):.1f} | - | - |")
+                     f"{_median([c.seconds for c, _ in ps]):.1f} | {f'{_median(us):.1f}' if us else '-'} | "
+                     f"{split_summary(last)} | {gate_summary(last)} |")
     return "\n".join(lines)
 
 

@@ -164,6 +164,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         rep.options["slave-parallel-mode"] = "optimistic"
     sb.restart_server(rep.name, start_slave=False, timeout=300)
     ends, times, newest, rows = commit_times(rep.datadir)
+    rows = rows or len(ends)  # statement-based: one statement per transaction, no row events
     if warm:
         rep.query("SELECT COUNT(*) FROM bench.sbtest1 FORCE INDEX (PRIMARY)")
         rep.query("SELECT COUNT(k) FROM bench.sbtest1 FORCE INDEX (k_1)")
@@ -256,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only print the pairs table of a benchmark-runs.jsonl written earlier")
     args = ap.parse_args(argv)
     if args.report:
-        print(pairs_table([load_run(json.loads(ln)) for ln in args.report.read_text().splitlines() if ln]))
+        runs = [load_run(json.loads(ln), args.changes) for ln in args.report.read_text().splitlines() if ln]
+        print(pairs_table(runs))
         return 0
     NICE[0] = args.nice
     set_pool(args.pool)
@@ -312,9 +314,10 @@ def run_record(r: Run) -> dict[str, Any]:
             "server_io": r.server_io, "prefetch": r.prefetch}
 
 
-def load_run(d: dict[str, Any]) -> Run:
-    return Run(d["workload"], d["mode"], d["seconds"], d["rows"], d["pool_reads"], d["lagd_cpu_s"], [],
-               d["prefetch"], d["server_cpu_s"], d["server_io"])
+def load_run(d: dict[str, Any], changes: int) -> Run:
+    # Runs saved before statements were counted have 0 rows: the setup's changes, one a statement.
+    return Run(d["workload"], d["mode"], d["seconds"], d["rows"] or changes, d["pool_reads"],
+               d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"])
 
 
 def gate_summary(r: Run) -> str:

@@ -389,7 +389,7 @@ def summarise(results: list[Run], meta: dict[str, Any]) -> dict[str, Any]:
         hot = by.get((r.workload, "hot"))
         vs_cold = r.rate / cold.rate if cold and cold.rate else None
         of_hot = r.rate / hot.rate if hot and hot.rate else None
-        us = 1e6 * r.lagd_cpu / r.rows if r.lagd_cpu else None
+        us = 1e6 * r.lagd_cpu / r.rows if r.lagd_cpu and r.rows else None
         cpu_s = f"{r.lagd_cpu:.1f}" if r.lagd_cpu else "-"
         us_s = f"{us:.1f}" if us else "-"
         vs_s = f"{vs_cold:.2f}x" if vs_cold else "-"

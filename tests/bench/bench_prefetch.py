@@ -61,8 +61,19 @@ DEFAULT_MODES = "cold,prefetch,hot,parallel,parallel+pf"
 HARM_MODES = "harm_hot,harm_hot+pf,harm_32m,harm_32m+pf"
 SERVER_OPTIONS: dict[str, str] = {}  # extra replica options for every run (--server-options)
 PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-options)
+PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can measure (--process-grant)
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
+
+
+def set_pool(pool: str) -> None:
+    """Use ``pool`` (e.g. "64M") instead of 256M for the cold/prefetch/parallel modes:
+    a smaller table keeps the table/pool ratio of the full setup."""
+    units = {"M": 20, "G": 30}
+    POOL_BYTES[pool] = int(pool[:-1]) << units[pool[-1].upper()]
+    for name, (p, threads, pf, warm) in list(MODES.items()):
+        if p == "256M":
+            MODES[name] = (pool, threads, pf, warm)
 
 
 @dataclass
@@ -153,12 +164,18 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         rep.options["slave-parallel-mode"] = "optimistic"
     sb.restart_server(rep.name, start_slave=False, timeout=300)
     ends, times, newest, rows = commit_times(rep.datadir)
+    rows = rows or len(ends)  # statement-based: one statement per transaction, no row events
     if warm:
         rep.query("SELECT COUNT(*) FROM bench.sbtest1 FORCE INDEX (PRIMARY)")
         rep.query("SELECT COUNT(k) FROM bench.sbtest1 FORCE INDEX (k_1)")
     status0 = _status(rep)
     reads0 = status0["Innodb_buffer_pool_reads"]
     child = None
+    if prefetch and PROCESS_GRANT[0]:
+        # lagd's stall gate finds the SQL thread's OS id in PROCESSLIST, which needs
+        # PROCESS (docs/prefetch.md); the sandbox's lagd account lacks it.
+        for row in rep.query("SELECT Host FROM mysql.user WHERE User = %s", (rep.dsn.user,)):
+            rep.query(f"GRANT PROCESS ON *.* TO '{rep.dsn.user}'@'{row['Host']}'")
     if prefetch:
         spec = {"host": rep.dsn.host, "port": rep.dsn.port, "user": rep.dsn.user,
                 "password": rep.dsn.password, "index": str(sb.relay_log_index()),
@@ -217,6 +234,11 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=20_000_000)
+    ap.add_argument("--pool", default="256M", help="buffer pool of the cold/prefetch/parallel modes")
+    ap.add_argument("--process-grant", action=argparse.BooleanOptionalAction, default=True,
+                    help="grant lagd PROCESS on the replica (without it the stall gate cannot measure)")
+    ap.add_argument("--pairs", type=int, default=0,
+                    help="instead of --modes: N interleaved cold,prefetch pairs per workload")
     ap.add_argument("--changes", type=int, default=50_000)
     ap.add_argument("--workloads", default=",".join(prefetch_setup.WORKLOADS))
     ap.add_argument("--modes", default=DEFAULT_MODES)
@@ -231,19 +253,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pf-options", default="{}", help="JSON of prefetch options (experiments)")
     ap.add_argument("--server-options", default="{}", help="JSON of extra replica options for all runs")
     ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
+    ap.add_argument("--report", type=Path, default=None,
+                    help="only print the pairs table of a benchmark-runs.jsonl written earlier")
     args = ap.parse_args(argv)
+    if args.report:
+        runs = [load_run(json.loads(ln), args.changes) for ln in args.report.read_text().splitlines() if ln]
+        print(pairs_table(runs))
+        return 0
     NICE[0] = args.nice
+    set_pool(args.pool)
+    PROCESS_GRANT[0] = args.process_grant
     PF_OPTIONS.update(json.loads(args.pf_options))
     SERVER_OPTIONS.update(json.loads(args.server_options))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cache = args.cache or default_cache_dir() / "bench" / f"prefetch-{args.rows}"
     if args.rebuild:
         (cache / "meta.json").unlink(missing_ok=True)
-    meta = prefetch_setup.build(cache, args.rows, args.changes, list(prefetch_setup.WORKLOADS))
+    wanted = [w for w in args.workloads.split(",") if w]
+    if args.plan:
+        wanted = sorted({part.partition(":")[0] for part in args.plan.split(";")}
+                        | ({"update_pk"} if args.harm else set()))
+    meta = prefetch_setup.build(cache, args.rows, args.changes, wanted)
     if args.setup_only:
         print(json.dumps(meta, indent=2))
         return 0
-    plan = [(w, m) for w in args.workloads.split(",") for m in args.modes.split(",") if m]
+    plan = [(w, m) for w in wanted for m in args.modes.split(",") if m]
+    if args.pairs:  # cold, prefetch, cold, prefetch, ...: drift on a shared machine hits both alike
+        plan = [(w, m) for w in wanted for _ in range(args.pairs) for m in ("cold", "prefetch")]
     if args.plan:  # "update_pk:cold,prefetch,hot;delete:cold,prefetch"
         plan = [(w, m) for part in args.plan.split(";") for w, _, ms in [part.partition(":")]
                 for m in ms.split(",") if m]
@@ -251,20 +287,95 @@ def main(argv: list[str] | None = None) -> int:
         plan += [("update_pk", m) for m in HARM_MODES.split(",")]
     results: list[Run] = []
     cfg = SandboxConfig(gtid=False, o_direct=True, replica_buffer_pool_mb=256)
+    raw = args.out / "benchmark-runs.jsonl"  # every run as it ends: a cut-short invocation keeps its pairs
     with Sandbox(cfg) as sb:
         for workload, mode in plan:
             r = run_one(sb, cache, meta, workload, mode)
             results.append(r)
+            with raw.open("a") as f:
+                f.write(json.dumps(run_record(r)) + "\n")
             print(f"{workload:<10} {mode:<12} {r.seconds:7.1f} s {r.rate:9,.0f} rows/s "
                   f"{r.pool_reads:9d} pool reads  server CPU {r.server_cpu:.1f} s  {r.server_io}"
-                  + (f"  lagd CPU {r.lagd_cpu:.1f} s" if r.lagd_cpu else ""),
+                  + (f"  lagd CPU {r.lagd_cpu:.1f} s  gate {gate_summary(r)}" if r.lagd_cpu else ""),
                   flush=True)
     report = summarise(results, meta)
     print(report["table"])
+    print(pairs_table(results))
     print(json.dumps(report["json"], indent=1))
-    plot(results, args.out / "benchmark-lag.png")
-    write_doc(report, meta, args.out / "benchmarks.md")
+    if not args.pairs:
+        plot(results, args.out / "benchmark-lag.png")
+        write_doc(report, meta, args.out / "benchmarks.md")
     return 0
+
+
+def run_record(r: Run) -> dict[str, Any]:
+    return {"workload": r.workload, "mode": r.mode, "seconds": round(r.seconds, 2), "rows": r.rows,
+            "pool_reads": r.pool_reads, "lagd_cpu_s": r.lagd_cpu, "server_cpu_s": round(r.server_cpu, 2),
+            "server_io": r.server_io, "prefetch": r.prefetch}
+
+
+def load_run(d: dict[str, Any], changes: int) -> Run:
+    # Runs saved before statements were counted have 0 rows: the setup's changes, one a statement.
+    return Run(d["workload"], d["mode"], d["seconds"], d["rows"] or changes, d["pool_reads"],
+               d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"])
+
+
+def gate_summary(r: Run) -> str:
+    """What decided during a prefetch run: the stall gate (its transitions and last verdict)
+    and the slower controller (its last state when that is not active)."""
+    pf = r.prefetch or {}
+    stall = pf.get("stall") or {}
+    moves = pf.get("gate_log") or []
+    shut = sum(1 for _, msg in moves if "prefetching" not in msg)
+    text = (f"gate {'open' if stall.get('gate_open') else 'shut'} at the end, shut {shut}x: "
+            f"{stall.get('gate_reason', 'not measured')}")
+    if pf.get("state") == "backed_off":
+        text += f"; controller backed off: {pf.get('reason')}"
+    return text
+
+
+def split_summary(r: Run) -> str:
+    """The SQL thread's time during a prefetch run, from lagd's stall monitor."""
+    secs = ((r.prefetch or {}).get("stall") or {}).get("seconds") or {}
+    total = sum(secs.values())
+    if not total:
+        return "-"
+    short = {"on_cpu": "CPU", "disk_read": "reads", "cpu_wait": "runnable", "flush_wait": "flush",
+             "other_wait": "other"}
+    return " ".join(f"{short.get(k, k)} {100 * v / total:.0f}%" for k, v in secs.items() if v)
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+def pair_ratios(results: list[Run]) -> dict[str, list[tuple[Run, Run]]]:
+    """Each prefetch run paired with the cold run just before it, per workload."""
+    pairs: dict[str, list[tuple[Run, Run]]] = {}
+    last_cold: dict[str, Run] = {}
+    for r in results:
+        if r.mode == "cold":
+            last_cold[r.workload] = r
+        elif r.mode == "prefetch" and r.workload in last_cold:
+            pairs.setdefault(r.workload, []).append((last_cold.pop(r.workload), r))
+    return pairs
+
+
+def pairs_table(results: list[Run]) -> str:
+    """Speed-up (cold seconds / prefetch seconds) per pair: median and spread."""
+    lines = ["| workload | pairs | median prefetch/cold | spread | cold s (median) | lagd CPU µs/row"
+             " | SQL thread (last prefetch run) | what decided (last prefetch run) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for w, ps in pair_ratios(results).items():
+        ratios = [c.seconds / p.seconds for c, p in ps]
+        us = [1e6 * p.lagd_cpu / p.rows for _, p in ps if p.lagd_cpu and p.rows]
+        last = ps[-1][1]
+        lines.append(f"| {w} | {len(ps)} | {_median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x | "
+                     f"{_median([c.seconds for c, _ in ps]):.1f} | {f'{_median(us):.1f}' if us else '-'} | "
+                     f"{split_summary(last)} | {gate_summary(last)} |")
+    return "\n".join(lines)
 
 
 def summarise(results: list[Run], meta: dict[str, Any]) -> dict[str, Any]:
@@ -278,7 +389,7 @@ def summarise(results: list[Run], meta: dict[str, Any]) -> dict[str, Any]:
         hot = by.get((r.workload, "hot"))
         vs_cold = r.rate / cold.rate if cold and cold.rate else None
         of_hot = r.rate / hot.rate if hot and hot.rate else None
-        us = 1e6 * r.lagd_cpu / r.rows if r.lagd_cpu else None
+        us = 1e6 * r.lagd_cpu / r.rows if r.lagd_cpu and r.rows else None
         cpu_s = f"{r.lagd_cpu:.1f}" if r.lagd_cpu else "-"
         us_s = f"{us:.1f}" if us else "-"
         vs_s = f"{vs_cold:.2f}x" if vs_cold else "-"

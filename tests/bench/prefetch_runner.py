@@ -14,9 +14,11 @@ import asyncio
 import cProfile
 import dataclasses
 import json
+import logging
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from lagd.mysql.endpoint import Endpoint
@@ -24,7 +26,27 @@ from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.prefetch.service import PrefetchOptions, build_engine
 
 
+class GateLog(logging.Handler):
+    """Keeps the stall gate's transitions (lagd logs each once) for the benchmark's report."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.t0 = time.monotonic()
+        self.moves: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if msg.startswith("prefetch gate:"):
+            self.moves.append((round(time.monotonic() - self.t0, 1), msg[len("prefetch gate:"):].strip()))
+
+
 async def main(spec: dict) -> None:
+    gate_log = GateLog()
+    logging.getLogger("lagd").addHandler(gate_log)
+    err = logging.StreamHandler(sys.stderr)  # lagd's own log lines, as the daemon would write them
+    err.setFormatter(logging.Formatter("lagd %(asctime)s %(name)s %(message)s"))
+    logging.getLogger("lagd").addHandler(err)
+    logging.getLogger("lagd").setLevel(logging.INFO)
     if spec.get("nice"):
         os.nice(int(spec["nice"]))  # as the systemd unit's Nice= does for lagd run
     endpoint = Endpoint(spec["host"], spec["port"], spec["user"], spec["password"])
@@ -38,7 +60,10 @@ async def main(spec: dict) -> None:
     loop.add_signal_handler(signal.SIGINT, stop.set)
     print("ready", flush=True)
     await engine.run(stop)
-    print(json.dumps(dataclasses.asdict(engine.snapshot()), default=str), flush=True)
+    out = dataclasses.asdict(engine.snapshot())
+    out["stall"] = engine.stall_snapshot()
+    out["gate_log"] = gate_log.moves
+    print(json.dumps(out, default=str), flush=True)
 
 
 if __name__ == "__main__":

@@ -122,6 +122,14 @@ def _w_mixed(cur: Any, ids: Ids) -> int:
     return 1
 
 
+def _w_update_hot(cur: Any, ids: Ids) -> int:
+    # A skewed hot set: 90% of the updates go to 1% of the rows.
+    hot = ids.rng.random() < 0.9
+    row = 2 * ids.rng.randint(1, max(1, ids.n // 100)) if hot else ids.existing()
+    cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id = %s", (f"h{ids.rng.random():.12f}", row))
+    return 1
+
+
 def _w_multi(cur: Any, ids: Ids) -> int:
     # A transaction of 10 single-row updates, like an application batch.
     for _ in range(10):
@@ -131,16 +139,21 @@ def _w_multi(cur: Any, ids: Ids) -> int:
 
 WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "update_pk": ("random primary-key UPDATEs of a non-indexed column", _w_update),
+    "update_pk_stmt": ("update_pk logged as statements (binlog_format=STATEMENT)", _w_update),
+    "mixed_fmt": ("mixed logged with binlog_format=MIXED (MariaDB's default)", _w_mixed),
+    "update_hot": ("primary-key UPDATEs, 90% of them to 1% of the rows", _w_update_hot),
     "update_k": ("UPDATEs of an indexed column", _w_update_k),
     "delete": ("random DELETEs", _w_delete),
     "insert": ("INSERTs with random unique keys", _w_insert),
     "mixed": ("50% update, 20% indexed update, 15% delete, 15% insert", _w_mixed),
     "multi_row": ("transactions of 10 random-row UPDATEs", _w_multi),
 }
+# The source session's binlog_format per workload (the server's, ROW, otherwise).
+BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,
-                    threads: int = 4) -> int:
+                    threads: int = 4, binlog_format: str | None = None) -> int:
     made = [0]
     lock = threading.Lock()
     per = changes // threads
@@ -151,6 +164,8 @@ def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, se
         n = 0
         try:
             with conn.cursor() as cur:
+                if binlog_format:
+                    cur.execute(f"SET SESSION binlog_format = '{binlog_format}'")
                 while n < per:
                     n += fn(cur, ids)
                     conn.commit()
@@ -226,7 +241,8 @@ def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[
                       (ms["File"], int(ms["Position"])))
             rep.query("START SLAVE IO_THREAD")
             w0 = time.monotonic()
-            made = _write_workload(sb, fn, changes, seed=i + 1)
+            made = _write_workload(sb, fn, changes, seed=i + 1,
+                                   binlog_format=BINLOG_FORMAT.get(name))
             _wait_received(sb)
             rep.query("STOP SLAVE IO_THREAD")
             out = cache / "workloads" / name
@@ -235,6 +251,7 @@ def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[
                 for f in rep.datadir.glob(pattern):
                     shutil.copy2(f, out / f.name)
             meta["workloads"][name] = {"description": desc, "row_changes": made,
+                                       "binlog_format": BINLOG_FORMAT.get(name, "ROW"),
                                        "write_seconds": round(time.monotonic() - w0, 1)}
             log.info("workload %s: %d row changes", name, made)
     meta["setup_seconds"] = round(time.monotonic() - t0)

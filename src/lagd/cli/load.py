@@ -14,6 +14,7 @@ Ctrl-C exits 130 after saying where a rerun resumes.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -249,9 +250,20 @@ def _run(db: SourceWriter, spec: LoadSpec, file: Path, facts: FileFacts, options
         click.echo(f"resuming {file.name} at byte {p.offset:,} of {facts.size:,}: {p.records:,} records in "
                    f"{p.chunks} chunks were committed before", err=True)
     t0 = time.monotonic()
+    interrupted: list[bool] = []
+
+    def on_sigint(signum: int, frame: object) -> None:
+        # Ctrl-C inside the driver's LOAD DATA LOCAL exchange can come back as
+        # a lost connection (error 2013): remember that the user asked to stop.
+        interrupted.append(True)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
         end = loader.run(p)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, DatabaseError) as e:
+        if isinstance(e, DatabaseError) and not interrupted:
+            raise
         line.end()
         # The open chunk dies with the connection; its progress row was not committed.
         # (No query here: the connection may be in the middle of a LOAD DATA exchange.)
@@ -259,6 +271,8 @@ def _run(db: SourceWriter, spec: LoadSpec, file: Path, facts: FileFacts, options
         where = f" ({after.records:,} records committed)"
         click.echo(f"lagctl load: interrupted{where}; rerun the same command to resume", err=True)
         raise click.exceptions.Exit(130) from None
+    finally:
+        signal.signal(signal.SIGINT, previous)
     line.end()
     took = time.monotonic() - t0
     click.echo(f"loaded {file.name} into {spec.table}: {end.records:,} records ({end.affected:,} rows "

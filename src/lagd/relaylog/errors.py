@@ -19,14 +19,21 @@ class EncryptedRelayLogError(RelayLogError):
         )
 
 
+_PERMISSION_FIX = (
+    "give the lagd user read access to the relay-log directory (e.g. add it to the"
+    " mysql group: usermod -aG mysql lagd, and check the directory's group read and"
+    " execute bits) and point relay_log_index at the right file")
+# A missing index is not a permission problem: RESET SLAVE/REPLICA deletes the
+# relay log and the server starts a new one when replication starts again.
+_MISSING_FIX = (
+    "none if the relay log was just started anew (RESET SLAVE / RESET REPLICA deletes it; lagd reads"
+    " the new one when the server makes it); otherwise point replica.relay_log_index at the right file")
+
+
 class RelayLogAccessError(RelayLogError):
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(
-            f"cannot read relay log {path}: {reason}",
-            fix="give the lagd user read access to the relay-log directory (e.g. add it to the"
-            " mysql group: usermod -aG mysql lagd, and check the directory's group read and"
-            " execute bits) and point relay_log_index at the right file",
-        )
+    def __init__(self, path: str, reason: str, *, missing: bool = False) -> None:
+        super().__init__(f"cannot read relay log {path}: {reason}",
+                         fix=_MISSING_FIX if missing else _PERMISSION_FIX)
 
 
 class NotALogFileError(RelayLogError):

@@ -83,7 +83,8 @@ class LogFiles:
         try:
             text = self.index.read_text("utf-8", "replace")
         except FileNotFoundError:
-            raise RelayLogAccessError(str(self.index), "the relay-log index file does not exist") from None
+            raise RelayLogAccessError(str(self.index), "the relay-log index file does not exist (deleted, or"
+                                      " the relay log was started anew)", missing=True) from None
         except PermissionError:
             raise RelayLogAccessError(str(self.index), "permission denied") from None
         out = []
@@ -138,7 +139,7 @@ class RelayLogReader:
         if start is None:
             first = files.names()
             if not first:
-                raise RelayLogAccessError(str(files.index), "the index lists no files")
+                raise RelayLogAccessError(str(files.index), "the index lists no files", missing=True)
             start = RelayPosition(first[0].name, 4)
         self._fh: BinaryIO | None = None
         self._pending = b""  # bytes of an incomplete event at the tail
@@ -310,7 +311,8 @@ class RelayLogReader:
                 return 0
             except FileNotFoundError:
                 if not self.files.live:
-                    raise RelayLogAccessError(self.position.file, "file does not exist") from None
+                    raise RelayLogAccessError(self.position.file, "file does not exist",
+                                              missing=True) from None
                 raise
         data = fh.read(want)
         if not data and not self._pending:

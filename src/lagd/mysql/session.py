@@ -142,7 +142,15 @@ class BlockingSession:
                     sock.shutdown(socket.SHUT_RDWR)
 
     def close(self) -> None:
-        conn, self._conn = self._conn, None
+        """Never waits: a call may still be blocked reading this connection
+        (a hung server), and closing its buffered socket file from here would
+        wait for that read's lock until the read timeout (seen: 7 s past
+        SIGTERM). Shut the socket down, which wakes the reader, and leave the
+        polite close to a daemon thread."""
+        conn = self._conn
+        self._abandon()
         if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
+            def quietly() -> None:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            threading.Thread(target=quietly, name="lagd-close", daemon=True).start()

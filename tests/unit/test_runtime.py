@@ -18,7 +18,7 @@ from runtime_fakes import DENIED, WHERE, FakeParts, at, runtime, settings, trans
 
 from lagd.daemon.http import readiness
 from lagd.daemon.main import STOP_BUDGET
-from lagd.daemon.runtime import Prefetcher, Runtime, restart_reason, withhold
+from lagd.daemon.runtime import Prefetcher, Runtime, overdue, restart_reason, withhold
 from lagd.errors import LagdError
 from lagd.lag import LagMethod, ReplicaState
 from lagd.mysql.replica import IoState
@@ -263,6 +263,28 @@ def test_withhold_keeps_states_read_from_the_threads() -> None:
     assert idle.state is ReplicaState.IDLE and idle.lag == 0.0
     w = withhold(idle, "the replica restarted")
     assert w.state is ReplicaState.UNKNOWN and w.lag is None and "the replica restarted" in w.state_reason
+
+
+def test_an_overdue_reading_has_no_current_value() -> None:
+    from status_fixtures import replica_status, track  # noqa: PLC0415
+
+    stopped = track([(0.0, replica_status(sql_running=False, seconds_behind=None), None, None, 0)])
+    o = overdue(stopped, "replica x has not answered for 2.0 s")
+    # Even a state read from the threads is old news while the replica does not answer.
+    assert o.state is ReplicaState.UNKNOWN and o.lag is None and o.heartbeat.seconds is None
+    assert o.backlog is None and o.eta is None and "has not answered" in o.lag_reason
+
+
+@pytest.mark.asyncio
+async def test_a_hanging_poll_makes_the_served_reading_unknown_before_its_deadline() -> None:
+    rt, f = runtime()
+    await running(rt)
+    assert rt.snapshot().lag is not None and rt.snapshot().lag.lag is not None  # type: ignore[union-attr]
+    rt._poll_began = time.monotonic() - 60  # a poll in flight for a minute (the clock is the real one)
+    served = rt.snapshot().lag
+    assert served is not None and served.lag is None and served.state is ReplicaState.UNKNOWN
+    rt._poll_began = None
+    await stop_within_budget(rt)
 
 
 # ----- subsystems never die -------------------------------------------------------------------

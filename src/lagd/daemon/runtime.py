@@ -216,6 +216,23 @@ def withhold(reading: LagReading, why: str) -> LagReading:
                    eta_reason=unknown)
 
 
+def overdue(reading: LagReading, why: str) -> LagReading:
+    """The last reading while the next poll is overdue: nothing in it is
+    current any more, the heartbeat included (it is read from the replica
+    too), so every value is unknown until the replica answers. Serving it as
+    it was is how a hung replica showed a lag of 0.3 s while 5 s behind."""
+    unknown = f"not current: {why}"
+    w = withhold(reading, why)
+    hb = replace(w.heartbeat, seconds=None, reason=unknown, clamped=False)
+    return replace(w, state=ReplicaState.UNKNOWN, state_reason=unknown, heartbeat=hb, lag=None,
+                   lag_method=None, lag_reason=unknown, lag_without_delay=None)
+
+
+def overdue_after(settings: Settings) -> float:
+    """A poll answers in milliseconds; one this late means the replica hangs."""
+    return max(1.5, 1.5 * settings.lag.poll_interval)
+
+
 def poll_timeout(settings: Settings) -> float:
     """How long one question to the replica may take before its reading counts as failed."""
     return max(3.0, min(settings.replica.connect_timeout, 5.0), 2 * settings.lag.poll_interval)
@@ -263,6 +280,7 @@ class Runtime:
         self._gen = 0
         self._known_gen = -1
         self._unknown_why = "the relay log is not read yet"
+        self._poll_began: float | None = None  # monotonic start of the poll in flight
 
     # ----- lifecycle ------------------------------------------------------
 
@@ -332,9 +350,13 @@ class Runtime:
         """One lag poll: ask the replica, follow restarts, make the reading."""
         s, t0 = self.settings, self.clock.mono()
         prev = self.reading
-        cur = await collect(self.parts.monitor, self.parts.heartbeat, where=self.where,
-                            timeout=self.poll_timeout, heartbeat_table=s.lag.heartbeat_table,
-                            heartbeat_server_id=s.lag.heartbeat_server_id)
+        self._poll_began = t0
+        try:
+            cur = await collect(self.parts.monitor, self.parts.heartbeat, where=self.where,
+                                timeout=self.poll_timeout, heartbeat_table=s.lag.heartbeat_table,
+                                heartbeat_server_id=s.lag.heartbeat_server_id)
+        finally:
+            self._poll_began = None
         self.reading = cur
         st = self.health["replica_status"]
         if cur.status is None:
@@ -607,6 +629,11 @@ class Runtime:
         reading = self.reading
         flavor = self.parts.monitor.flavor
         r = self.settings.replica
+        lag, began = self.lag, self._poll_began
+        if lag is not None and began is not None:
+            waited = self.clock.mono() - began
+            if waited > overdue_after(self.settings):
+                lag = overdue(lag, f"{self.where} has not answered for {waited:.1f} s")
         return Snapshot(
             taken_at=self.clock.wall(), version=__version__, started_at=self.started_at,
             config_path=str(self.config_path) if self.config_path else None,
@@ -615,7 +642,7 @@ class Runtime:
                                 str(self._index) if self._index else None),
             status=reading.status if reading else None,
             status_error=reading.status_error if reading else "not polled yet",
-            lag=self.lag, prefetch=ps, prefetch_off_reason=None if ps else self.prefetch_off,
+            lag=lag, prefetch=ps, prefetch_off_reason=None if ps else self.prefetch_off,
             advisor=self.advisor.snapshot(),
             health=tuple(t.value() for t in hl.values()),
             loop_age=self.clock.mono() - self.loop_tick, stall=self._stall_view())

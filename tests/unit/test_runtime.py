@@ -277,7 +277,7 @@ def test_an_overdue_reading_has_no_current_value() -> None:
 
 @pytest.mark.asyncio
 async def test_a_hanging_poll_makes_the_served_reading_unknown_before_its_deadline() -> None:
-    rt, f = runtime()
+    rt, _ = runtime()
     await running(rt)
     assert rt.snapshot().lag is not None and rt.snapshot().lag.lag is not None  # type: ignore[union-attr]
     rt._poll_began = time.monotonic() - 60  # a poll in flight for a minute (the clock is the real one)

@@ -11,33 +11,16 @@ import json
 import os
 import signal
 import subprocess
-import threading
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from lagd.heartbeat import HeartbeatWriter
 from lagd.sandbox.pair import Sandbox
 from lagd.sandbox.server import free_port
 from tests.integration.daemon_util import LAGD, Daemon, running_daemon
 
-TABLE = "lagd_hb.heartbeat"
-
-
-@pytest.fixture
-def heartbeat(sandbox: Sandbox) -> Iterator[HeartbeatWriter]:
-    writer = HeartbeatWriter(lambda: sandbox.source.connect(), TABLE, interval=0.2, create_table=True)
-    stop = threading.Event()
-    t = threading.Thread(target=writer.run, args=(stop,), daemon=True)
-    t.start()
-    try:
-        yield writer
-    finally:
-        stop.set()
-        t.join(10)
-        writer.close()
+# The same heartbeat writer fixture as the daemon lag tests (a pytest fixture, used by name).
+from .test_daemon_lag import TABLE, heartbeat  # noqa: F401
 
 
 def _wait_check(d: Daemon, want: int, timeout: float = 30.0) -> dict[str, object]:
@@ -54,7 +37,8 @@ def _wait_check(d: Daemon, want: int, timeout: float = 30.0) -> dict[str, object
     return body
 
 
-def test_throttle_follows_the_replica(sandbox: Sandbox, heartbeat: HeartbeatWriter, tmp_path: Path) -> None:
+def test_throttle_follows_the_replica(sandbox: Sandbox, heartbeat: HeartbeatWriter,  # noqa: F811
+                                      tmp_path: Path) -> None:
     sb = sandbox
     with running_daemon(sb, tmp_path, extra=f'heartbeat_table = "{TABLE}"') as d:
         body = _wait_check(d, 200)

@@ -84,6 +84,9 @@ class Backlog:
     bytes: int
     rows: int
     oldest_commit_time: float | None = None
+    # The SQL thread's place in source time, finer than the commit second (lagd.backlog); None: use
+    # oldest_commit_time.
+    position: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -110,6 +113,10 @@ class LagInputs:
     backlog: Backlog | None = None  # None: relay-log reader not available
     applied_transactions: int = 0
     applied_rows: int = 0
+    # The SQL thread is inside a big transaction the look-ahead saw (the
+    # advisor), and how many seconds it will still hold it (None: not known).
+    inside_big: bool = False
+    stall_remaining: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,8 +401,9 @@ def applied_position(inputs: LagInputs, state: ReplicaState, event_time: Measure
     # The commit time itself, not now - lag: a stall must read as exactly the
     # same position, which float rounding of the difference would not give.
     backlog = inputs.backlog
-    times = [t for t in (inputs.applying_commit_time, backlog.oldest_commit_time if backlog else None)
-             if t is not None]
+    head = None if backlog is None else (
+        backlog.position if backlog.position is not None else backlog.oldest_commit_time)
+    times = [t for t in (inputs.applying_commit_time, head) if t is not None]
     return min(times) if times else inputs.now
 
 
@@ -442,6 +450,7 @@ class LagTracker:
         self._last_mono: float | None = None
         self._last_state: ReplicaState | None = None
         self._last_position: float | None = None
+        self._catch_up_speed: float | None = None  # the last speed measured while applying
         self._source_seconds = 0.0
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
@@ -478,7 +487,13 @@ class LagTracker:
         if busy and self._last_position is not None and position is not None and last_state is state:
             self._source_seconds += max(0.0, position - self._last_position)
         self._last_position = position if busy else None
-        self._speed.add(mono, position)
+        if inputs.inside_big and busy:
+            # Inside one big transaction the position stands still for its whole
+            # apply: those seconds are forecast from its rows, and the speed
+            # stays the one of the work around it.
+            self._speed.skip(mono, position)
+        else:
+            self._speed.add(mono, position)
         counted = inputs.backlog is not None
         if st is not None and not st.sql_running:
             # Stopped, nothing is applied: 0 for every rate, and each starts
@@ -497,9 +512,11 @@ class LagTracker:
                 self._transactions.reset()
                 self._rows.reset()
             speed, trx, rows = self._speed.value, self._transactions.value, self._rows.value
+        if speed is not None and speed > 0 and state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED):
+            self._catch_up_speed = speed
         stalled_for = self._speed.stalled_for(mono)
         stalled = (stalled_for if state is ReplicaState.APPLYING and stalled_for is not None
-                   and stalled_for > self._speed.max_gap else None)
+                   and stalled_for > self._speed.max_gap and not inputs.inside_big else None)
         rates = ApplyRates(
             None if speed is None else max(0.0, speed), trx, rows, self._rate_time_constant,
             inputs.applied_transactions if counted else None,
@@ -543,10 +560,21 @@ class LagTracker:
         if st is None:
             eta, eta_reason = None, "replica state unknown"
         else:
-            eta, eta_reason = catch_up_eta(
-                lag, rates.speed, caught_up=state is ReplicaState.IDLE, blocked=_blocked(st),
-                stalled=stalled,
-            )
+            inside = inputs.inside_big and state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED)
+            speed = rates.speed
+            if inside and speed is None:
+                # A catch-up that starts with a big transaction has no speed of its
+                # own yet: the last catch-up's is the best guess of what follows it.
+                speed = self._catch_up_speed
+            if inside and inputs.stall_remaining is None and _blocked(st) is None:
+                eta, eta_reason = None, (
+                    "inside a big transaction whose remaining apply time is not known: the ETA "
+                    "returns when it is estimated or has been applied")
+            else:
+                eta, eta_reason = catch_up_eta(
+                    lag, speed, caught_up=state is ReplicaState.IDLE, blocked=_blocked(st),
+                    stalled=stalled, inside=inputs.stall_remaining if inside else None,
+                )
 
         if lag is not None:
             self._histogram.observe(lag)

@@ -186,6 +186,15 @@ class ProgressRate:
             self._add(0.0, dt)
         return self.value
 
+    def skip(self, at: float, position: float | None) -> float | None:
+        """A reading that does not count: the interval up to it is left out of
+        the rate, which stays what it was (the SQL thread is inside one big
+        transaction, whose own time is forecast another way)."""
+        if position is None:
+            return self.add(at, position)
+        self._position, self._at, self._moved_at = position, at, at
+        return None if self._stalled else self.value
+
     def _add(self, progress: float, seconds: float) -> None:
         keep = math.exp(-seconds / self.time_constant)
         self._progress = self._progress * keep + progress
@@ -199,6 +208,7 @@ def catch_up_eta(
     caught_up: bool = False,
     blocked: str | None = None,
     stalled: float | None = None,
+    inside: float | None = None,
 ) -> tuple[float | None, str]:
     """Seconds until the replica has caught up, and why.
 
@@ -209,7 +219,10 @@ def catch_up_eta(
     (``math.inf``).  ``blocked`` names why lag cannot shrink at all (a stopped
     thread): also ``math.inf``.  ``stalled`` is how long nothing was applied
     though there is work (inside one long transaction): the ETA is unknown
-    until applying resumes, not infinite.
+    until applying resumes, not infinite. ``inside`` is how long the big
+    transaction the SQL thread is in will still hold it (the advisor's
+    estimate): the ETA is that, plus the catch-up of the lag it leaves at
+    ``speed`` (the speed measured before it).
     """
     if blocked is not None:
         return math.inf, f"{blocked}, so lag cannot shrink"
@@ -224,6 +237,17 @@ def catch_up_eta(
         )
     if speed is None:
         return None, "apply speed not measured yet (needs two updates)"
+    if inside is not None:
+        # One big transaction holds the SQL thread for ``inside`` more seconds;
+        # when it commits, the lag is what it is now plus those seconds, and
+        # shrinks from there at the speed measured before it.
+        if speed <= 1.0:
+            return math.inf, (
+                f"inside a big transaction for about {inside:.1f} s more, and applying "
+                f"{speed:.2f} source-seconds per second before it: lag does not shrink")
+        return inside + (lag + inside) / (speed - 1.0), (
+            f"inside a big transaction for about {inside:.1f} s more; then lag {lag + inside:.1f} s "
+            f"shrinks by {speed - 1.0:.2f} s per second (the speed before it)")
     if speed <= 1.0:
         return math.inf, (
             f"applying {speed:.2f} source-seconds per second, not faster than the source "

@@ -41,6 +41,7 @@ from .test_prometheus_scrape import run_lagd
 ROWS = 6_000
 FRESH = 0.6  # heartbeat age on the replica that counts as caught up (beats every 0.2 s)
 GAP = 8.0  # seconds of each gap
+DIAG: list[Any] = []
 
 
 class Writer(threading.Thread):
@@ -111,9 +112,13 @@ def follow(sb: Sandbox, target: str, table: str,
             return now - began, readings
         assert now - began < limit, f"not caught up in {limit} s (heartbeat {age} s old)"
         if now >= next_at:
-            eta = eta_of(status(target))
+            snap = status(target)
+            eta = eta_of(snap)
             if eta is not None:
                 readings.append((now - began, eta))
+                lag = snap.get("lag") or {}
+                DIAG.append((round(now - began, 1), lag.get("lag"), (lag.get("rates") or {}).get("speed"),
+                             str(lag.get("eta_reason"))[:60]))
             next_at += 0.5
         time.sleep(0.1)
 
@@ -210,14 +215,17 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
 
             scenario("idle_source", idle_then_stop, sb.start_sql_thread)
 
-            # A big transaction: about 4 s of apply on the replica.
-            big_rows = int(4 * rate_a)
+            # A big transaction: about 5 s of apply on the replica, on rows
+            # spread over the table like the load's (rows at the start of the
+            # table are found by a shorter scan: a cheaper row than the load's).
+            statements = -(-int(5 * rate_a) // ROWS)
+            every = max(1, round(ROWS * statements / (5 * rate_a)))
+            big_rows = statements * (ROWS // every)
             conn = sb.source.connect(schema, autocommit=False)
             try:
                 with conn.cursor() as cur:
-                    cur.execute(f"UPDATE t SET v = v + 1 WHERE id <= {min(big_rows, ROWS)}")
-                    for _ in range(max(0, big_rows // ROWS - 1)):
-                        cur.execute(f"UPDATE t SET v = v + 1 WHERE id <= {ROWS}")
+                    for _ in range(statements):
+                        cur.execute(f"UPDATE t SET v = v + 1 WHERE MOD(id, {every}) = 0")
                 conn.commit()
                 with conn.cursor() as cur:
                     cur.execute("SELECT @@last_gtid")
@@ -225,8 +233,11 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
             finally:
                 conn.close()
             domain, _server, seq = gtid.split("-")
-            estimates: list[float] = []
+            estimates: list[float] = []  # estimated_seconds, the first before any count inside it
+            inside: list[tuple[float, float | None, float | None]] = []  # (t, whole, remaining) in it
+            big_eta: list[tuple[float, float]] = []  # (seconds since it started, ETA)
             started = ended = None
+            next_status = 0.0
             deadline = time.monotonic() + 90
             while ended is None:
                 assert time.monotonic() < deadline, "the big transaction was not applied in 90 s"
@@ -238,18 +249,35 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
                     started = now
                 if applied >= int(seq):
                     ended = now
-                up = ((status(target).get("advisor") or {}).get("upcoming")) or []
-                for u in up:
-                    if u.get("gtid") == gtid and u.get("estimated_seconds") is not None:
+                    break
+                if now >= next_status:
+                    next_status = now + 0.5
+                    snap = status(target)
+                    for u in ((snap.get("advisor") or {}).get("upcoming")) or []:
+                        if u.get("gtid") != gtid or u.get("estimated_seconds") is None:
+                            continue
                         estimates.append(float(u["estimated_seconds"]))
-                time.sleep(0.05)
+                        if u.get("applying") and started is not None:
+                            left = u.get("remaining_seconds")
+                            inside.append((now - started, float(u["estimated_seconds"]),
+                                           None if left is None else float(left)))
+                    eta = eta_of(snap)
+                    if started is not None and eta is not None:
+                        big_eta.append((now - started, eta))
+                time.sleep(0.1)
             assert started is not None
             measured = ended - started
             took, readings = follow(sb, target, table)
+            readings = [(t + measured, eta) for t, eta in readings]
+            took += measured
+            readings = big_eta + readings
             err, n = eta_error(took, readings)
             results["big_transaction"] = (took, err, n)
+            print("big_transaction: from its start to caught up")
             print("  ETA vs real remaining: " + ", ".join(
                 f"{t:.1f}: {eta:.1f}/{took - t:.1f}" for t, eta in readings), flush=True)
+            print("  while applying (t: whole/remaining): " + ", ".join(
+                f"{t:.1f}: {w:.1f}/{r if r is None else round(r, 1)}" for t, w, r in inside), flush=True)
     finally:
         writer.stop.set()
         stop_beats.set()
@@ -260,6 +288,8 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
         if sb.slave_status()["Slave_SQL_Running"] != "Yes":
             sb.start_sql_thread()
 
+    for d in DIAG:
+        print("   diag", d)
     print(f"\nreplica applies {rate_a:,.0f} rows/s; the source writes {rate:,.0f}/s "
           f"({writer.done:,} UPDATEs in all)")
     for name, (took, err, n) in results.items():

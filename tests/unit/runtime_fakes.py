@@ -23,6 +23,7 @@ from lagd.errors import LagdError
 from lagd.heartbeat import HeartbeatRow, format_ts
 from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.monitor import Sample
+from lagd.mysql.progress import ApplierTrx
 from lagd.mysql.replica import ReplicaStatus, ServerFlavor
 from lagd.prefetch.engine import PrefetchSnapshot
 from lagd.relaylog import Event, RelayPosition, Resynced, TransactionEnd, TransactionStart
@@ -43,6 +44,7 @@ class FakeMonitor:
         self.flavor: ServerFlavor | None = ServerFlavor.from_version_string("10.11.9-MariaDB")
         self.polls = 0
         self.closed = 0
+        self.trx: ApplierTrx | None = None  # the applier's open transaction (lagd.mysql.progress)
 
     async def poll(self) -> Sample:
         self.polls += 1
@@ -51,6 +53,9 @@ class FakeMonitor:
         if self.mode == "down":
             return Sample(time.time(), time.monotonic(), None, self.error)
         return Sample(time.time(), time.monotonic(), self.status)
+
+    async def applier_trx(self) -> ApplierTrx | None:
+        return self.trx
 
     async def close(self) -> None:
         self.closed += 1

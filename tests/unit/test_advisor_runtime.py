@@ -16,11 +16,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lagd.advisor import ApplyRateModel, TxKind
 from lagd.advisor import runtime as advisor_runtime
-from lagd.advisor.runtime import AdvisorRuntime
+from lagd.advisor.runtime import AdvisorRuntime, inside_estimate
 from lagd.backlog import Backlog
 from lagd.config import AdvisorSettings, settings_from_dict
 from lagd.daemon.metrics import render
 from lagd.lag import BacklogReading, LagInputs, LagReading, LagTracker, ReplicaState
+from lagd.mysql.progress import ApplierTrx
 from lagd.relaylog import (
     Column,
     Event,
@@ -431,3 +432,89 @@ def test_the_snapshot_feeds_the_metrics() -> None:
     assert got[("lagd_large_transactions_seen_total", "load_data")] == 1
     assert got[("lagd_large_transactions_seen_total", "bulk_insert")] == 1
     json.dumps(adv.snapshot().to_json(), allow_nan=False)
+
+
+def test_rows_counted_inside_a_big_transaction_refine_and_shrink_its_stall() -> None:
+    """InnoDB's count of the rows the SQL thread changed inside the big
+    transaction (lagd.mysql.progress): once counted over a second, the stall
+    is the rows left at the rate inside it, it shrinks as they are applied,
+    and the rows count in the applied total before the commit (never going back)."""
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    ends = []
+    for _ in range(40):
+        ev, _, end = r.trx(10)
+        r.feed(ev)
+        ends.append(end)
+    big, start, end = r.trx(2_000)
+    r.feed(big)
+    r.poll(RelayPosition(RELAY, 4))
+    for i in range(4, 40, 4):
+        r.poll(ends[i - 1])
+    before = upcoming(adv)[0]["estimated_seconds"]
+    assert not adv.wants_progress(sql_running=True)  # not at it yet: never asked
+    r.poll(ends[-1])
+    applied = r.backlog.applied_rows
+    counted = []
+    for k in range(1, 6):  # 200 rows a second inside it
+        assert adv.wants_progress(sql_running=True)  # the SQL thread is at it: asked every poll
+        r.t += 1.0
+        r.backlog.applied_up_to(start)
+        adv.applied_up_to(start, r.backlog)
+        adv.progress(ApplierTrx("4242", 200 * k, 7), r.t)
+        adv.observe_rates(lag_reading(r.t, ReplicaState.APPLYING, 1), r.backlog)
+        (u,) = upcoming(adv)
+        counted.append((u["estimated_seconds"], u["remaining_seconds"], adv.current_stall(r.t)))
+        assert r.backlog.applied_rows + adv.rows_in_progress() == applied + 200 * k
+    # The first count binds the transaction; a second later its own rate is known.
+    est, left, (inside, ahead) = counted[-1]
+    assert inside and ahead == pytest.approx(left)
+    assert left == pytest.approx((2_000 - 1_000) / 200)
+    assert est != pytest.approx(before) and "inside this transaction" in upcoming(adv)[0]["estimate_basis"]
+    lefts = [x[1] for x in counted[1:]]
+    assert lefts == sorted(lefts, reverse=True)
+    # The next transaction's count (the big one committed between the two questions) is not its own.
+    adv.progress(ApplierTrx("4243", 1, 7), r.t)
+    assert adv.rows_in_progress() == 1_000
+    r.poll(end, ReplicaState.IDLE)
+    assert adv.rows_in_progress() == 0 and r.backlog.applied_rows == applied + 2_000
+
+
+def test_a_count_that_cannot_be_had_is_unknown_and_not_asked_again_at_once() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    big, start, _end = r.trx(2_000)
+    r.feed(big)
+    r.poll(start)
+    assert adv.wants_progress(sql_running=True)
+    adv.progress(None, r.t, error="Access denied; you need the PROCESS privilege (error 1227)")
+    assert not adv.wants_progress(sql_running=True)
+    assert adv.progress_note is not None and "PROCESS" in adv.progress_note
+    r.poll(start)
+    assert adv.rows_in_progress() == 0  # not counted, not 0 rows applied: the counter just does not move
+
+
+def test_rows_counted_in_a_transaction_rolled_back_by_a_stop_stay_counted() -> None:
+    adv = AdvisorRuntime(settings())
+    r = Replica(adv)
+    big, start, _end = r.trx(2_000)
+    r.feed(big)
+    r.poll(RelayPosition(RELAY, 4))
+    r.poll(start)
+    adv.progress(ApplierTrx("9", 500, 7), r.t)
+    r.poll(start)
+    assert adv.rows_in_progress() == 500
+    r.poll(start, ReplicaState.STOPPED)  # rolled back: the work was done, the total does not go back
+    assert adv.rows_in_progress() == 500
+
+
+@pytest.mark.parametrize(("total", "done", "rate", "applied_for", "want"), [
+    (2_000, 1_000, 200.0, 5.0, (10.0, 5.0)),
+    (2_000, 2_500, 200.0, 9.0, (9.0, 0.0)),  # more rows than the log's (triggers): nearly done
+    (2_000, 100, None, 1.0, None),  # not counted over a second yet
+    (0, 0, 100.0, 1.0, None),
+])
+def test_inside_estimate(total: int, done: int, rate: float | None, applied_for: float,
+                         want: tuple[float, float] | None) -> None:
+    got = inside_estimate(total, done, rate, applied_for)
+    assert got == (None if want is None else pytest.approx(want))

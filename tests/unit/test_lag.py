@@ -785,3 +785,59 @@ def test_a_slow_poll_is_not_a_gap() -> None:
              for k in range(6)]
     rs = run(LagTracker(rate_time_constant=60.0), steps)
     assert rs[-1].rates.speed is not None and rs[-1].rates.speed > 0 and rs[-1].eta is not None
+
+
+INSIDE_CASES = [
+    # One big transaction holds the SQL thread 4 s more; lag 6 s then, shrinking 1.5 s/s.
+    ("inside-a-big-transaction", 2.0, 2.5, 4.0, 4.0 + 6.0 / 1.5),
+    ("inside-and-not-faster", 2.0, 1.0, 4.0, math.inf),
+    ("inside-no-speed", 2.0, None, 4.0, None),
+]
+
+
+@pytest.mark.parametrize(("lag", "speed", "inside", "want"), [c[1:] for c in INSIDE_CASES],
+                         ids=[c[0] for c in INSIDE_CASES])
+def test_catch_up_eta_inside_a_big_transaction(lag: float, speed: float | None, inside: float,
+                                               want: float | None) -> None:
+    eta, reason = catch_up_eta(lag, speed, inside=inside)
+    assert eta == (pytest.approx(want) if want is not None and not math.isinf(want) else want)
+    assert reason
+
+
+def test_inside_a_big_transaction_the_eta_adds_its_stall_and_the_speed_holds() -> None:
+    # 2 source-seconds per second, then a big transaction: the position stands
+    # still for 6 s; the speed stays 2 and the ETA is the stall plus the catch-up it leaves.
+    steps = [inputs(t, status=status(seconds_behind=10), backlog=Backlog(50, 5000, 50, NOW - 20 + 2 * t))
+             for t in range(4)]
+    steps += [inputs(t, status=status(seconds_behind=10), backlog=Backlog(50, 5000, 50, NOW - 14),
+                     inside_big=True, stall_remaining=10.0 - t) for t in range(4, 10)]
+    rs = run(LagTracker(rate_time_constant=10.0), steps)
+    last = rs[-1]
+    assert last.rates.speed == pytest.approx(2.0)
+    assert last.lag is not None and last.eta == pytest.approx(1.0 + (last.lag + 1.0) / 1.0)
+    assert "inside a big transaction" in last.eta_reason
+    # Not known how long it still holds the SQL thread: unknown, not infinite.
+    unknown = LagTracker().update(inputs(0, status=status(seconds_behind=10),
+                                         backlog=Backlog(5, 500, 5, NOW - 14), inside_big=True))
+    assert unknown.eta is None and "not known" in unknown.eta_reason
+
+
+def test_the_finer_position_is_the_speed_s_position() -> None:
+    # Whole commit seconds, but the share of the second applied moves: the speed is that share.
+    steps = [inputs(t, status=status(seconds_behind=10),
+                    backlog=Backlog(50, 5000, 50, NOW - 20, NOW - 20 + 0.3 * t)) for t in range(3)]
+    rs = run(LagTracker(rate_time_constant=10.0), steps)
+    assert rs[-1].rates.speed == pytest.approx(0.3)
+    assert rs[-1].event_time.seconds == pytest.approx(20 + 2)  # event time stays the commit second
+
+
+def test_skip_leaves_the_interval_out_of_the_rate() -> None:
+    from lagd.lag_rates import ProgressRate  # noqa: PLC0415
+    rate = ProgressRate(10.0, max_gap=5.0)
+    for at in range(4):
+        rate.add(at, 100.0 + 2 * at)
+    for at in range(4, 12):  # inside a big transaction: the position stands still, not a stall
+        rate.skip(at, 106.0)
+    assert rate.value == pytest.approx(2.0) and rate.stalled_for(11) == 0
+    rate.add(12, 108.0)
+    assert rate.value == pytest.approx(2.0)

@@ -71,6 +71,7 @@ from lagd.advisor import (
 from lagd.backlog import Backlog
 from lagd.config import AdvisorSettings
 from lagd.lag import LagReading, ReplicaState
+from lagd.mysql.progress import ApplierTrx
 from lagd.relaylog import Event, RelayPosition, Resynced
 
 __all__ = [
@@ -106,6 +107,8 @@ class Blocking(Protocol):
 LISTED = 10  # upcoming big transactions in a snapshot, biggest first
 LOOKAHEAD_STALE_SECONDS = 60.0  # no batch for this long: the look-ahead reader is not running
 MAX_POLL_GAP = 30.0  # seconds between two polls beyond which the interval is not trusted
+MIN_INSIDE_SECONDS = 1.0  # rows counted inside a transaction over this long give its own rate
+PROGRESS_RETRY = 60.0  # seconds before asking InnoDB for the applier's rows again after a failure
 _REMEMBERED = 4096  # big transactions remembered as counted/logged (a re-read is not new)
 
 _RULE_ORDER = {rule.__name__: i for i, rule in enumerate(RULES)}
@@ -341,16 +344,58 @@ class _Poll:
 
 @dataclass(slots=True)
 class _Track:
-    """A big transaction the SQL thread is inside: the polls around its start."""
+    """A big transaction the SQL thread is inside: the polls around its start,
+    and InnoDB's count of the rows it changed so far (``lagd.mysql.progress``)."""
 
     before: float  # the last poll before it started
     first_in: float  # the first poll inside it
     last_in: float
     estimate: float | None
+    trx_id: str | None = None  # the InnoDB transaction the counts below are of
+    first_rows: int = 0  # rows changed at the first count inside it
+    first_at: float = 0.0  # wall clock of that count
+    rows: int = 0  # rows changed at the last count
+    rows_at: float = 0.0
+    other_trx: str | None = None  # a different trx id seen once (a retry is bound after two)
+    applied: bool = False  # the SQL thread passed its end (the backlog counts its rows)
+    total: int = 0  # its rows, from the look-ahead
 
     @property
     def started(self) -> float:
         return (self.before + self.first_in) / 2
+
+    def count(self, trx_id: str, rows: int, at: float) -> None:
+        """One reading of the applier's open transaction."""
+        if self.trx_id is None or (trx_id != self.trx_id and trx_id == self.other_trx):
+            # The first count, or the same new transaction twice (the SQL thread
+            # retried it after a deadlock): measure inside this one.
+            self.trx_id, self.first_rows, self.first_at, self.other_trx = trx_id, rows, at, None
+        elif trx_id != self.trx_id:
+            # Most likely the next transaction: the big one committed between the
+            # status poll and this question. Not this transaction's count.
+            self.other_trx = trx_id
+            return
+        self.other_trx = None
+        self.rows, self.rows_at = max(rows, self.rows if trx_id == self.trx_id else 0), at
+
+    def inside_rate(self, min_seconds: float = MIN_INSIDE_SECONDS) -> float | None:
+        """Rows per second inside this transaction, once counted over ``min_seconds``."""
+        seconds, rows = self.rows_at - self.first_at, self.rows - self.first_rows
+        if self.trx_id is None or seconds < min_seconds or rows <= 0:
+            return None
+        return rows / seconds
+
+
+def inside_estimate(total_rows: int, done_rows: int, rate: float | None,
+                    applied_for: float) -> tuple[float, float] | None:
+    """(the whole stall, the stall still ahead) of a big transaction ``applied_for``
+    seconds in, with ``done_rows`` of its ``total_rows`` changed, going at ``rate``
+    rows/s inside it; None without a rate. Rows beyond the total (triggers,
+    cascades on the replica) count as nearly done, not as negative time."""
+    if rate is None or rate <= 0 or total_rows <= 0:
+        return None
+    ahead = max(0, total_rows - done_rows) / rate
+    return max(0.0, applied_for) + ahead, ahead
 
 
 class AdvisorRuntime:
@@ -371,6 +416,10 @@ class AdvisorRuntime:
         self._dropped: list[TransactionSummary] = []  # applied since the last observe_rates
         self._tracks: dict[_Key, _Track] = {}
         self._inside: _Key | None = None  # the big transaction the SQL thread was in at the last poll
+        self._count: tuple[str, int, float] | None = None  # (trx id, rows, wall) since the last poll
+        self._forfeit = 0  # rows counted inside transactions that were rolled back (stays counted)
+        self._progress_after = 0.0  # monotonic: not before this after a failed question
+        self.progress_note: str | None = None  # why the rows inside are not counted, if they are not
         self._sql_running = False  # at the last poll
         self._prev: _Poll | None = None
         self._server: ServerSettings | None = None
@@ -405,6 +454,7 @@ class AdvisorRuntime:
         """A new look-ahead reader starts (at the SQL thread): forget what was listed.
         What was counted stays counted, and is not counted again when read again."""
         self.lookahead.clear()
+        self._forfeit += sum(tr.rows for tr in self._tracks.values())
         self._tracks.clear()
         self._inside = None
         self._dropped.clear()
@@ -491,7 +541,74 @@ class AdvisorRuntime:
         first = self.lookahead.next_coming()
         if first is not None and first.end is not None and first.end <= pos:
             listed = self.lookahead.coming()
-            self._dropped.extend(listed[: self.lookahead.applied_up_to(pos)])
+            applied = listed[: self.lookahead.applied_up_to(pos)]
+            self._dropped.extend(applied)
+            for s in applied:
+                tr = self._tracks.get(_key(s))
+                if tr is not None:
+                    tr.applied = True  # the backlog counts all its rows now
+
+    def _head(self) -> TransactionSummary | None:
+        """The big transaction the SQL thread is inside now, by its position."""
+        pos = self._pos
+        if pos is None:
+            return None
+        head = self.lookahead.next_coming() or self.lookahead.in_progress(self._read_pos)
+        if head is None or head.start > pos or (head.end is not None and head.end <= pos):
+            return None
+        return head
+
+    def wants_progress(self, sql_running: bool) -> bool:
+        """Whether to ask InnoDB for the applier's open transaction now: the SQL
+        thread runs inside a big transaction (cheap otherwise: never asked)."""
+        return (self.settings.enabled and sql_running and self._head() is not None
+                and time.monotonic() >= self._progress_after)
+
+    def progress(self, trx: ApplierTrx | None, at: float, error: str | None = None) -> None:
+        """The applier's open transaction at wall clock ``at`` (None: none open), or
+        ``error``: why it could not be asked (not asked again for a minute)."""
+        if error is not None:
+            self._progress_after = time.monotonic() + PROGRESS_RETRY
+            self.progress_note = f"rows of the transaction being applied not counted: {error}"
+            self._count = None
+            return
+        self.progress_note = None
+        self._count = None if trx is None else (trx.trx_id, trx.rows_modified, at)
+        head = self._head()
+        tr = self._tracks.get(_key(head)) if head is not None else None
+        if tr is not None and self._count is not None:
+            tr.count(*self._count)
+            self._count = None
+
+    def rows_in_progress(self) -> int:
+        """Rows changed inside big transactions not yet committed, counted by InnoDB,
+        plus those of transactions rolled back (applied work, counted once
+        done, so the total never goes back)."""
+        return self._forfeit + sum(min(tr.rows, tr.total) for tr in self._tracks.values()
+                                   if not tr.applied)
+
+    def current_stall(self, at: float) -> tuple[bool, float | None]:
+        """(the SQL thread is inside a big transaction, the seconds it still holds
+        it or None when not known) at wall clock ``at``."""
+        head = self._head()
+        if head is None:
+            return False, None
+        est, ahead = self._estimate(head, at)
+        return True, ahead if ahead is not None else est
+
+    def _estimate(self, t: TransactionSummary, at: float | None) -> tuple[float | None, float | None]:
+        """(the whole stall, the stall still ahead at wall clock ``at``) of a big transaction;
+        the second is None while it is not being applied (all of it is ahead)."""
+        tr = self._tracks.get(_key(t))
+        est = self.model.estimate_seconds(t)[0]
+        if tr is None or at is None:
+            return est, None
+        applied_for = at - tr.started
+        inside = inside_estimate(t.rows_estimate, tr.rows, tr.inside_rate(), tr.rows_at - tr.started)
+        if inside is not None:
+            whole, ahead = inside
+            return whole, max(0.0, ahead - max(0.0, at - tr.rows_at))
+        return est, stall_remaining(est, applied_for)
 
     def observe_rates(self, reading: LagReading | None, backlog: Backlog) -> None:
         """Teach the apply-rate model what the SQL thread applied since the last poll."""
@@ -539,15 +656,23 @@ class AdvisorRuntime:
         if not busy or prev_at is None:
             # Stopped at its start (or rolled back by a stop), or a gap in the
             # polls: it is timed again from the next poll that sees it applied.
-            self._tracks.pop(key, None)
-        elif tr is None:
+            gone = self._tracks.pop(key, None)
+            self._forfeit += gone.rows if gone is not None and not gone.applied else 0
+            self._count = None
+            return
+        if tr is None:
             if len(self._tracks) > 16:
-                self._tracks.clear()  # leftovers of transactions never seen to end
-            self._tracks[key] = _Track(prev_at, now, now, self.model.estimate_seconds(head)[0])
-            self._inside = key
+                # Leftovers of transactions never seen to end.
+                self._forfeit += sum(t.rows for t in self._tracks.values() if not t.applied)
+                self._tracks.clear()
+            tr = self._tracks[key] = _Track(prev_at, now, now, self.model.estimate_seconds(head)[0],
+                                            total=head.rows_estimate)
         else:
             tr.last_in = now
-            self._inside = key
+        self._inside = key
+        if self._count is not None:
+            tr.count(*self._count)
+            self._count = None
 
     # ----- settings, every half minute -----------------------------------
 
@@ -656,7 +781,14 @@ class AdvisorRuntime:
         tr = self._tracks.get(_key(t)) if applying else None
         remaining = est
         if tr is not None and self._prev is not None:
-            remaining = stall_remaining(est, self._prev.at - tr.started)
+            whole, ahead = self._estimate(t, self._prev.at)
+            rate = tr.inside_rate()
+            if rate is not None and whole is not None:
+                est, basis = whole, (
+                    f"{tr.rows:,} of {t.rows_estimate:,} rows changed in {_secs(tr.rows_at - tr.started)}, "
+                    f"{rate:,.0f} rows/s inside this transaction (InnoDB's count); "
+                    f"before it started: {_secs(tr.estimate)} ({basis})")
+            remaining = ahead
         return UpcomingView(
             gtid=t.gtid, kind=t.kind.value, kind_reason=t.kind_reason,
             rows=t.rows_estimate, rows_are_file_lines=t.rows == 0 and bool(t.load_data_lines),

@@ -18,6 +18,7 @@ from lagd.errors import LagdError
 from lagd.heartbeat import HeartbeatRow
 from lagd.lag import Backlog, LagInputs
 from lagd.mysql.monitor import Sample
+from lagd.mysql.progress import ApplierTrx
 from lagd.mysql.replica import ReplicaStatus, ServerFlavor
 
 
@@ -28,6 +29,10 @@ class StatusMonitor(Protocol):
     def flavor(self) -> ServerFlavor | None: ...
 
     async def poll(self) -> Sample: ...
+
+    async def applier_trx(self) -> ApplierTrx | None:
+        """The SQL thread's open InnoDB transaction (None: none); raises when it cannot be asked."""
+        ...
 
     async def close(self) -> None: ...
 
@@ -51,7 +56,8 @@ class ReplicaReading:
     flavor: ServerFlavor | None = None  # as far as the monitor knows it
 
     def inputs(self, backlog: Backlog | None = None, *, applied_transactions: int = 0,
-               applied_rows: int = 0, trust_sbm: bool = True) -> LagInputs:
+               applied_rows: int = 0, trust_sbm: bool = True, inside_big: bool = False,
+               stall_remaining: float | None = None) -> LagInputs:
         """The tracker's inputs; ``trust_sbm=False`` hides a Seconds_Behind value the
         server reports before it knows (just after a restart of its threads)."""
         status = self.status
@@ -59,7 +65,8 @@ class ReplicaReading:
             status = replace(status, seconds_behind=None)
         return LagInputs(now=self.wall, monotonic=self.mono, status=status, status_error=self.status_error,
                          heartbeat=self.heartbeat, heartbeat_error=self.heartbeat_error, backlog=backlog,
-                         applied_transactions=applied_transactions, applied_rows=applied_rows)
+                         applied_transactions=applied_transactions, applied_rows=applied_rows,
+                         inside_big=inside_big, stall_remaining=stall_remaining)
 
 
 def named(error: str, where: str) -> str:

@@ -378,17 +378,22 @@ class Runtime:
                 self._reposition(pos, why)
             self.backlog.applied_up_to(pos)
             self.advisor.applied_up_to(pos, self.backlog)
+            if self.advisor.wants_progress(cur.status.sql_running):
+                await self._count_inside()
         self._heartbeat_health(cur)
         known = self._backlog_known()
         view = self.backlog.view()
-        backlog = (LagBacklog(view.transactions, view.bytes, view.rows, view.oldest_commit_time)
+        backlog = (LagBacklog(view.transactions, view.bytes, view.rows, view.oldest_commit_time,
+                              view.position)
                    if known and cur.status is not None else None)
         # Without a reader at all (relay log not readable here) the status alone
         # decides, as lagctl's direct mode does; while one is (re)positioning, wait for it.
         settling = self.tail_off is None and not known
+        inside, ahead = self.advisor.current_stall(cur.wall) if known else (False, None)
         reading = self.tracker.update(cur.inputs(
             backlog, applied_transactions=self.backlog.applied_transactions,
-            applied_rows=self.backlog.applied_rows, trust_sbm=not settling))
+            applied_rows=self.backlog.applied_rows + self.advisor.rows_in_progress(),
+            trust_sbm=not settling, inside_big=inside, stall_remaining=ahead))
         if settling and cur.status is not None:
             reading = withhold(reading, self._unknown_why)
         self.lag = reading
@@ -397,6 +402,18 @@ class Runtime:
             self.ready = True
             self.on_ready()
         return reading
+
+    async def _count_inside(self) -> None:
+        """InnoDB's count of the rows the SQL thread has changed inside the big
+        transaction it applies: its progress before it commits."""
+        try:
+            trx = await asyncio.wait_for(self.parts.monitor.applier_trx(), self.poll_timeout)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # said in the advisor's basis; the status poll reports a dead server
+            self.advisor.progress(None, self.clock.wall(), error=str(e) or type(e).__name__)
+            return
+        self.advisor.progress(trx, self.clock.wall())
 
     async def _stall_loop(self) -> None:
         """Point the stall monitor at the applier threads the replica has now.

@@ -25,6 +25,7 @@ from lagd.mysql.backoff import Retry
 from lagd.mysql.endpoint import Endpoint, hardening_sql
 from lagd.mysql.errors import DatabaseError, Kind, is_database_error, translate
 from lagd.mysql.faultlog import FailureLog
+from lagd.mysql.progress import ApplierTrx, applier_trx, applier_trx_sql
 from lagd.mysql.replica import ReplicaStatus, ServerFlavor, parse_replica_status
 
 log = logging.getLogger("lagd.mysql.monitor")
@@ -191,6 +192,15 @@ class ReplicaMonitor:
             if s.channel.casefold() == self.channel.casefold():
                 return s
         return None
+
+    async def applier_trx(self) -> ApplierTrx | None:
+        """The SQL thread's open transaction and its rows changed so far (None: none open);
+        raises DatabaseError when it cannot be asked (without PROCESS: access denied)."""
+        async with self._lock:
+            await self._ensure()
+            assert self.flavor is not None
+            rows = await self._statement(applier_trx_sql(self.flavor.is_mariadb))
+        return applier_trx(rows)
 
     async def global_status(self, *names: str) -> dict[str, int]:
         """Counters from SHOW GLOBAL STATUS (missing ones are left out)."""

@@ -22,6 +22,7 @@ from enum import StrEnum
 from lagd.heartbeat import HeartbeatRow
 from lagd.lag_rates import (
     RATE_TIME_CONSTANT,
+    SPEED_TIME_CONSTANT,
     ClockOffset,
     ClockOffsetEstimator,
     DecayingRate,
@@ -439,7 +440,7 @@ class LagTracker:
         self.stale_after = stale_after
         self._first_mono: float | None = None
         self._history = {m: _History() for m in LagMethod}
-        self._speed = ProgressRate(rate_time_constant, max_gap=max_gap)
+        self._speed = ProgressRate(min(rate_time_constant, SPEED_TIME_CONSTANT), max_gap=max_gap)
         # Counts jump when the SQL thread passes a transaction's end: a long
         # transaction is seconds of nothing and then all its rows, which a
         # smoothed rate of the counter spreads out rather than restarting on.
@@ -451,6 +452,7 @@ class LagTracker:
         self._last_state: ReplicaState | None = None
         self._last_position: float | None = None
         self._catch_up_speed: float | None = None  # the last speed measured while applying
+        self._idle_lag: float | None = None  # the heartbeat lag while caught up, smoothed
         self._source_seconds = 0.0
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
@@ -566,6 +568,10 @@ class LagTracker:
                 # A catch-up that starts with a big transaction has no speed of its
                 # own yet: the last catch-up's is the best guess of what follows it.
                 speed = self._catch_up_speed
+            if lag is not None and state is not ReplicaState.IDLE and self._idle_lag is not None:
+                # Caught up is the lag of an idle replica (a heartbeat is as old as
+                # its interval, plus the trip), not 0: forecast the time to that.
+                lag = max(0.0, lag - self._idle_lag)
             if inside and inputs.stall_remaining is None and _blocked(st) is None:
                 eta, eta_reason = None, (
                     "inside a big transaction whose remaining apply time is not known: the ETA "
@@ -578,6 +584,9 @@ class LagTracker:
 
         if lag is not None:
             self._histogram.observe(lag)
+            if state is ReplicaState.IDLE and lag_method is LagMethod.HEARTBEAT:
+                self._idle_lag = lag if self._idle_lag is None else self._idle_lag + 0.1 * (
+                    min(lag, self.stale_after) - self._idle_lag)
         self._averages.max_span = self.stale_after  # follows a configuration reload
         self._averages.add(mono, lag)
 

@@ -11,7 +11,7 @@ from importlib import resources
 from pathlib import Path
 
 from lagd.lag import LagTracker
-from lagd.lag_rates import RATE_TIME_CONSTANT
+from lagd.lag_rates import RATE_TIME_CONSTANT, SPEED_TIME_CONSTANT
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
@@ -28,9 +28,11 @@ def test_lag_md_time_constant_is_the_code_s() -> None:
     text = (DOCS / "lag.md").read_text(encoding="utf-8")
     (tau,) = re.findall(r"\*\*τ = ([\d.]+) s\*\*", text)
     assert float(tau) == RATE_TIME_CONSTANT == _tracker_default("rate_time_constant")
+    (speed_tau,) = re.findall(r"\*\*speed τ = ([\d.]+) s\*\*", text)
+    assert float(speed_tau) == SPEED_TIME_CONSTANT
     for doc in ("metrics.md",):
         stated = {float(x) for x in re.findall(r"τ ([\d.]+) s", (DOCS / doc).read_text(encoding="utf-8"))}
-        assert stated == {RATE_TIME_CONSTANT}, doc
+        assert stated == {RATE_TIME_CONSTANT, SPEED_TIME_CONSTANT}, doc
 
 
 def test_lag_md_gap_is_the_code_s() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,7 +19,7 @@ from runtime_fakes import DENIED, WHERE, FakeParts, at, runtime, settings, trans
 
 from lagd.daemon.http import readiness
 from lagd.daemon.main import STOP_BUDGET
-from lagd.daemon.runtime import Prefetcher, Runtime, overdue, restart_reason, withhold
+from lagd.daemon.runtime import Prefetcher, Runtime, counted_down, overdue, restart_reason, withhold
 from lagd.errors import LagdError
 from lagd.lag import LagMethod, ReplicaState
 from lagd.mysql.replica import IoState
@@ -396,3 +397,21 @@ def test_inputs_hide_seconds_behind_only_when_told() -> None:
     trusted, untrusted = r.inputs().status, r.inputs(trust_sbm=False).status
     assert trusted is not None and trusted.seconds_behind == 0
     assert untrusted is not None and untrusted.seconds_behind is None
+
+
+@pytest.mark.parametrize(("eta", "age", "want"), [
+    (10.0, 0.5, 9.5),  # the forecast of the last poll, half a second later
+    (0.3, 0.5, 0.0),  # never below 0
+    (math.inf, 0.5, math.inf),  # never is never
+    (None, 0.5, None),
+    (0.0, 0.5, 0.0),
+    (10.0, -1.0, 10.0),  # a clock that went back: as it was
+])
+def test_the_eta_is_counted_down_to_the_moment_it_is_served(eta: float | None, age: float,
+                                                            want: float | None) -> None:
+    from dataclasses import replace as _replace  # noqa: PLC0415
+
+    from lagd.lag import LagInputs, LagTracker  # noqa: PLC0415
+    base = LagTracker().update(LagInputs(now=1000.0, monotonic=1.0, status=None))
+    got = counted_down(_replace(base, eta=eta), 1000.0 + age).eta
+    assert got == (pytest.approx(want) if want is not None and math.isfinite(want) else want)

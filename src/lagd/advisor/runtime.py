@@ -789,6 +789,8 @@ class AdvisorRuntime:
                     f"{rate:,.0f} rows/s inside this transaction (InnoDB's count); "
                     f"before it started: {_secs(tr.estimate)} ({basis})")
             remaining = ahead
+            if rate is None and self.progress_note is not None:
+                basis = f"{basis}; {self.progress_note}"
         return UpcomingView(
             gtid=t.gtid, kind=t.kind.value, kind_reason=t.kind_reason,
             rows=t.rows_estimate, rows_are_file_lines=t.rows == 0 and bool(t.load_data_lines),

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field, replace
@@ -226,6 +227,16 @@ def overdue(reading: LagReading, why: str) -> LagReading:
     hb = replace(w.heartbeat, seconds=None, reason=unknown, clamped=False)
     return replace(w, state=ReplicaState.UNKNOWN, state_reason=unknown, heartbeat=hb, lag=None,
                    lag_method=None, lag_reason=unknown, lag_without_delay=None)
+
+
+def counted_down(reading: LagReading, now: float) -> LagReading:
+    """The reading's ETA as of ``now``: a forecast made at the last poll, less
+    the time since. Served as it was, it read up to a poll interval long (a
+    catch-up shrinking lag 2.5 s per second overstated by 0.5 s of a 2 s ETA)."""
+    eta = reading.eta
+    if eta is None or not math.isfinite(eta) or eta <= 0 or now <= reading.at:
+        return reading
+    return replace(reading, eta=max(0.0, eta - (now - reading.at)))
 
 
 def overdue_after(settings: Settings) -> float:
@@ -651,6 +662,8 @@ class Runtime:
             waited = self.clock.mono() - began
             if waited > overdue_after(self.settings):
                 lag = overdue(lag, f"{self.where} has not answered for {waited:.1f} s")
+        if lag is not None:
+            lag = counted_down(lag, self.clock.wall())
         return Snapshot(
             taken_at=self.clock.wall(), version=__version__, started_at=self.started_at,
             config_path=str(self.config_path) if self.config_path else None,

@@ -45,6 +45,10 @@ ROWS = 6_000
 FRESH = 0.6  # heartbeat age on the replica that counts as caught up (beats every 0.2 s)
 GAP = 8.0  # seconds of each gap
 ETA_LIMIT = 0.25  # the median ETA error a catch-up may have
+CATCH_UP = 9.0  # seconds each catch-up should last, for enough readings to judge
+MAX_GAP = 20.0
+BIG_SECONDS = 6.0  # apply time of the big transaction
+MIN_READINGS = 4  # a catch-up judged on fewer readings than this fails: nothing was proven
 DIAG: list[str] = []  # what lagd said with each ETA reading: its lag and apply speed
 
 
@@ -192,14 +196,23 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
             writer.start()
             wait_caught_up(sb, table)
 
+            # The replica's speed on a shared machine is not the calibrated
+            # one for long: each gap is sized from the last catch-up so that
+            # the next lasts about CATCH_UP seconds, and the replica's rows/s
+            # seen in it sizes the big transaction.
+            gap_s, live_rate = [GAP], [rate_a]
+
             def scenario(name: str, gap: Callable[[], None], resume: Callable[[], None]) -> None:
                 gap()
-                time.sleep(GAP)
+                g = gap_s[0]
+                time.sleep(g)
                 resume()
-                print(f"{name}: following the catch-up", flush=True)
+                print(f"{name}: following the catch-up of a {g:.1f} s gap", flush=True)
                 took, readings = follow(sb, target, table)
                 err, n = eta_error(took, readings)
                 results[name] = (took, err, n)
+                gap_s[0] = min(MAX_GAP, max(GAP, g * CATCH_UP / took))
+                live_rate[0] = rate * (g + took) / took
                 print("  ETA vs real remaining: " + ", ".join(
                     f"{t:.1f}: {eta:.1f}/{took - t:.1f}" for t, eta in readings), flush=True)
                 print("  lagd's inputs: " + "; ".join(DIAG), flush=True)
@@ -215,18 +228,19 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
                 # is the clock), then the SQL thread stops as the writes
                 # resume: the catch-up must not inherit the idle readings.
                 writer.paused.set()
-                time.sleep(GAP)
+                time.sleep(GAP)  # idle: the replica catches up and stays so
                 sb.stop_sql_thread()
                 writer.paused.clear()
 
             scenario("idle_source", idle_then_stop, sb.start_sql_thread)
 
-            # A big transaction: about 5 s of apply on the replica, on rows
+            # A big transaction: about BIG_SECONDS of apply on the replica, on rows
             # spread over the table and in random order like the load's (a row
             # is found by a scan here: rows in table order would cost more and
             # more as it goes, and a row near the start less than the load's).
-            statements = -(-int(5 * rate_a) // ROWS)
-            every = max(1, round(ROWS * statements / (5 * rate_a)))
+            want = BIG_SECONDS * live_rate[0]
+            statements = -(-int(want) // ROWS)
+            every = max(1, round(ROWS * statements / want))
             big_rows = statements * (ROWS // every)
             conn = sb.source.connect(schema, autocommit=False)
             try:
@@ -295,7 +309,8 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
         if sb.slave_status()["Slave_SQL_Running"] != "Yes":
             sb.start_sql_thread()
 
-    print(f"\nreplica applies {rate_a:,.0f} rows/s; the source writes {rate:,.0f}/s "
+    print(f"\nreplica applied {rate_a:,.0f} rows/s when calibrated, {live_rate[0]:,.0f} in the last "
+          f"catch-up; the source writes {rate:,.0f}/s "
           f"({writer.done:,} UPDATEs in all)")
     for name, (took, err, n) in results.items():
         shown = f"{err:.0%}" if err is not None else "n/a"
@@ -310,8 +325,8 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
     # The issue's acceptance: the median ETA error within 25% after the first
     # seconds of each catch-up, and the stall estimate within 2x.
     for name, (_took, err, n) in results.items():
-        if n:
-            assert err is not None and err <= ETA_LIMIT, (name, err, n)
+        assert n >= MIN_READINGS and err is not None, (name, err, n)
+        assert err <= ETA_LIMIT, (name, err, n)
     # The stall estimate: known before it starts, within 2x, and shrinking
     # while it applies (it grew 14-fold in the issue).
     assert first is not None and measured / 2 <= first <= measured * 2, (first, measured)

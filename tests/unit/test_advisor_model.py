@@ -169,3 +169,32 @@ def test_estimate_seconds(
     got, why = m.estimate_seconds(s)
     assert got == (pytest.approx(seconds) if seconds is not None else None)
     assert says in why
+
+
+def test_per_transaction_and_per_row_costs_are_told_apart_by_different_mixes() -> None:
+    # 2 ms per transaction, 0.5 ms per row. Single-row transactions alone cost
+    # 2.5 ms a row: a 10,000-row transaction estimated at that rate reads 25 s for 5 s.
+    m = ApplyRateModel(min_seconds=1)
+    for _ in range(20):
+        m.observe(100_000, 400, 400 * 0.0025, transactions=400)  # 400 single-row transactions
+    assert m.costs() is None  # every window alike: not told apart
+    est, basis = m.estimate_seconds(summary(rows=10_000))
+    assert est == pytest.approx(25.0) and "rows/s" in basis
+    for _ in range(5):
+        m.observe(100_000, 2_000, 40 * 0.002 + 2_000 * 0.0005, transactions=40)  # 50 rows each
+    costs = m.costs()
+    assert costs is not None and costs == (pytest.approx(0.002), pytest.approx(0.0005))
+    est, basis = m.estimate_seconds(summary(rows=10_000))
+    assert est == pytest.approx(0.002 + 10_000 * 0.0005) and "different rows per transaction" in basis
+    assert "plus 2.0 ms for the transaction" in basis
+
+
+@pytest.mark.parametrize("windows", [
+    [(10, 10, 0.1)],  # one window: nothing to tell apart
+    [(10, 10, 0.1), (10, 1_000, 0.05)],  # more rows in less time: a negative cost, not a fit
+])
+def test_costs_that_do_not_fit_are_not_used(windows: list[tuple[int, int, float]]) -> None:
+    m = ApplyRateModel(min_seconds=0.01)
+    for trx, rows, seconds in windows:
+        m.observe(1_000, rows, seconds, transactions=trx)
+    assert m.costs() is None

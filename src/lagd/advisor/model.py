@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 from lagd.advisor.lookahead import TransactionSummary
 
+# How different the windows' rows per transaction must be before the two costs are told
+# apart: 1 - cos² of the angle between the transactions and rows columns.
+MIN_SPREAD = 0.05
+
 
 @dataclass(frozen=True, slots=True)
 class ApplyRate:
@@ -46,6 +50,37 @@ class _Sums:
         self.seconds = self.seconds * keep + seconds
 
 
+@dataclass(slots=True)
+class _Fit:
+    """Decayed sums for seconds ~ a * transactions + b * rows (least squares, no intercept)."""
+
+    tt: float = 0.0
+    tr: float = 0.0
+    rr: float = 0.0
+    ts: float = 0.0
+    rs: float = 0.0
+    seconds: float = 0.0
+
+    def add(self, trx: int, rows: int, seconds: float, half_life: float) -> None:
+        keep = math.pow(0.5, seconds / half_life)
+        self.tt = self.tt * keep + trx * trx
+        self.tr = self.tr * keep + trx * rows
+        self.rr = self.rr * keep + rows * rows
+        self.ts = self.ts * keep + trx * seconds
+        self.rs = self.rs * keep + rows * seconds
+        self.seconds = self.seconds * keep + seconds
+
+    def solve(self, min_spread: float) -> tuple[float, float] | None:
+        """(seconds per transaction, seconds per row), or None while the windows'
+        mixes of rows per transaction are too alike to tell the two apart."""
+        det = self.tt * self.rr - self.tr * self.tr
+        if self.tt <= 0 or self.rr <= 0 or det <= min_spread * self.tt * self.rr:
+            return None
+        a = (self.ts * self.rr - self.rs * self.tr) / det
+        b = (self.rs * self.tt - self.ts * self.tr) / det
+        return (a, b) if a >= 0 and b > 0 else None
+
+
 class ApplyRateModel:
     """Apply rates of one replica; see the module docstring."""
 
@@ -64,15 +99,21 @@ class ApplyRateModel:
         self.max_tables = max_tables
         self._all = _Sums()
         self._tables: dict[str, _Sums] = {}
+        self._fit = _Fit()
 
-    def observe(self, bytes: int, rows: int, seconds: float, table: str | None = None) -> None:
+    def observe(self, bytes: int, rows: int, seconds: float, table: str | None = None,
+                transactions: int | None = None) -> None:
         """``bytes`` (relay-log bytes) and ``rows`` applied in ``seconds``;
-        ``table`` when all of it was on that one table."""
+        ``table`` when all of it was on that one table; ``transactions``: how
+        many, when counted (windows with different rows per transaction tell
+        the per-transaction cost from the per-row cost)."""
         if bytes < 0 or rows < 0 or seconds < 0 or not math.isfinite(seconds):
             raise ValueError(f"cannot observe {bytes} bytes, {rows} rows in {seconds} s")
         if seconds == 0:
             return  # nothing measured: a rate needs elapsed time
         self._all.add(bytes, rows, seconds, self.half_life_seconds)
+        if transactions is not None and transactions > 0:
+            self._fit.add(transactions, rows, seconds, self.half_life_seconds)
         if table is not None:
             self._table(table).add(bytes, rows, seconds, self.half_life_seconds)
 
@@ -114,6 +155,14 @@ class ApplyRateModel:
         rows = s.rows / s.seconds if s.rows >= self.min_rows else None
         return ApplyRate(s.bytes / s.seconds, rows, s.seconds, s.rows, scope)
 
+    def costs(self) -> tuple[float, float] | None:
+        """(seconds per transaction, seconds per row) fitted over windows with
+        different mixes, once ``min_seconds`` of them were observed; None before,
+        or while every window had about the same rows per transaction."""
+        if self._fit.seconds < self.min_seconds:
+            return None
+        return self._fit.solve(MIN_SPREAD)
+
     def estimate_seconds(self, summary: TransactionSummary) -> tuple[float | None, str]:
         """How long ``summary`` will hold the SQL thread, and on what basis.
 
@@ -128,6 +177,15 @@ class ApplyRateModel:
             f"; the source ran it in {summary.source_exec_seconds} s"
             if summary.source_exec_seconds is not None else ""
         )
+        costs = self.costs() if rate is not None and rate.scope == "all tables" else None
+        if costs is not None and rows and summary.rows:
+            # One transaction pays its commit once: the overall rows/s of small
+            # transactions would charge it once per row.
+            per_trx, per_row = costs
+            return per_trx + rows * per_row, (
+                f"{rows:,} rows at {1 / per_row:,.0f} rows/s plus {per_trx * 1000:,.1f} ms for the "
+                f"transaction, the costs fitted over {_secs(self._fit.seconds)} of apply with "
+                f"different rows per transaction{exec_note}")
         if rate is not None:
             what = "file lines" if summary.rows == 0 else "rows"
             if rows and rate.rows_per_second:

@@ -340,6 +340,7 @@ class _Poll:
     bytes: int  # Backlog.applied_bytes then
     rows: int
     busy: bool
+    transactions: int = 0
 
 
 @dataclass(slots=True)
@@ -622,14 +623,16 @@ class AdvisorRuntime:
         self._sql_running = reading.state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED,
                                               ReplicaState.IDLE)
         busy = _busy(reading)
-        cur = _Poll(reading.at, backlog.applied_bytes, backlog.applied_rows, busy)
+        cur = _Poll(reading.at, backlog.applied_bytes, backlog.applied_rows, busy,
+                    backlog.applied_transactions)
         prev, self._prev = self._prev, cur
         # An interval that began inside a big transaction is counted with it, when it ends.
         if prev is not None and prev.busy and reading.backlog is not None and self._inside is None:
             dt = cur.at - prev.at
             nbytes, rows = cur.bytes - prev.bytes, cur.rows - prev.rows
             if 0 < dt <= MAX_POLL_GAP and nbytes >= 0 and rows >= 0:
-                self.model.observe(nbytes, rows, dt)
+                trx = cur.transactions - prev.transactions
+                self.model.observe(nbytes, rows, dt, transactions=trx if trx >= 0 else None)
         gap_ok = prev is not None and 0 < cur.at - prev.at <= MAX_POLL_GAP
         self._time_big(cur.at, prev.at if gap_ok and prev is not None else None, busy)
 
@@ -642,7 +645,8 @@ class AdvisorRuntime:
                 continue  # applied within one poll, or the polls around its end are too far apart
             seconds = (tr.last_in + now) / 2 - tr.started
             if seconds > 0:
-                self.model.observe(s.size_bytes, s.rows_estimate, seconds, table=s.table)
+                self.model.observe(s.size_bytes, s.rows_estimate, seconds, table=s.table,
+                                   transactions=1 if s.rows else None)
             log.info("big transaction applied: %s in about %s (estimated %s when it started)",
                      s.describe(), _secs(seconds), _secs(tr.estimate),
                      extra={"kind": s.kind.value, "rows": s.rows_estimate, "bytes": s.size_bytes,

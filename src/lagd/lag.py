@@ -410,6 +410,8 @@ def applied_position(inputs: LagInputs, state: ReplicaState, event_time: Measure
 
 # --- the stateful part ----------------------------------------------------------
 
+YOUNG = 1.5  # seconds of measured apply before a catch-up's own speed is the ETA's
+
 
 class _History:
     """Last success of one method, in both clocks."""
@@ -453,6 +455,8 @@ class LagTracker:
         self._last_position: float | None = None
         self._catch_up_speed: float | None = None  # the last speed measured while applying
         self._idle_lag: float | None = None  # the heartbeat lag while caught up, smoothed
+        self._was_inside = False  # the last reading was inside a big transaction
+        self._young_after_big = False  # a big transaction ended and the speed is not measured again yet
         self._source_seconds = 0.0
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
@@ -489,10 +493,12 @@ class LagTracker:
         if busy and self._last_position is not None and position is not None and last_state is state:
             self._source_seconds += max(0.0, position - self._last_position)
         self._last_position = position if busy else None
-        if inputs.inside_big and busy:
+        was_inside, self._was_inside = self._was_inside, inputs.inside_big and busy
+        if (inputs.inside_big or was_inside) and busy:
             # Inside one big transaction the position stands still for its whole
             # apply: those seconds are forecast from its rows, and the speed
-            # stays the one of the work around it.
+            # stays the one of the work around it. The interval it commits in
+            # is half stall too.
             self._speed.skip(mono, position)
         else:
             self._speed.add(mono, position)
@@ -514,7 +520,12 @@ class LagTracker:
                 self._transactions.reset()
                 self._rows.reset()
             speed, trx, rows = self._speed.value, self._transactions.value, self._rows.value
-        if speed is not None and speed > 0 and state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED):
+        if inputs.inside_big:
+            self._young_after_big = True
+        elif self._speed.seconds >= YOUNG or state is not ReplicaState.APPLYING:
+            self._young_after_big = False
+        if (speed is not None and speed > 0 and self._speed.seconds >= YOUNG
+                and state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED)):
             self._catch_up_speed = speed
         stalled_for = self._speed.stalled_for(mono)
         stalled = (stalled_for if state is ReplicaState.APPLYING and stalled_for is not None
@@ -564,9 +575,11 @@ class LagTracker:
         else:
             inside = inputs.inside_big and state in (ReplicaState.APPLYING, ReplicaState.IO_STOPPED)
             speed = rates.speed
-            if inside and speed is None:
+            if (inside or self._young_after_big) and self._catch_up_speed is not None and (
+                    speed is None or self._speed.seconds < YOUNG):
                 # A catch-up that starts with a big transaction has no speed of its
-                # own yet: the last catch-up's is the best guess of what follows it.
+                # own yet (nor one right after it): the last catch-up's is the best
+                # guess of what follows it.
                 speed = self._catch_up_speed
             if lag is not None and state is not ReplicaState.IDLE and self._idle_lag is not None:
                 # Caught up is the lag of an idle replica (a heartbeat is as old as

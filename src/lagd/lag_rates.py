@@ -157,6 +157,11 @@ class ProgressRate:
             return 0.0
         return self._progress / self._seconds if self._seconds > 0 else None
 
+    @property
+    def seconds(self) -> float:
+        """The (decayed) seconds the value rests on: small right after a start."""
+        return 0.0 if self._stalled else self._seconds
+
     def stalled_for(self, at: float) -> float | None:
         """Seconds without progress at ``at``; None without a position."""
         return None if self._position is None else at - self._moved_at

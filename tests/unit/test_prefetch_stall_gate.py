@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -13,12 +14,14 @@ from lagd.prefetch.engine import PrefetchEngine
 
 
 def w(read: float, cpu: float = 0.3, queued: float = 0.0, headroom: float | None = 1.0,
-      seconds: float = 1.0) -> StallWindow:
-    return StallWindow(seconds, read, cpu, queued, headroom)
+      seconds: float = 1.0, run: float | None = None) -> StallWindow:
+    return StallWindow(seconds, read, cpu, queued, headroom, cpu - queued if run is None else run)
 
 
 SHUT = Gate(False, "x", None, True)
-OPEN = Gate(True, "x", 0.6, True)  # opened at 60% read waits, grace spent
+# Opened at 60% read waits and 30% on CPU, grace spent.
+OPEN = Gate(True, "x", 0.6, True, run_before=0.3)
+HALF_JUDGED = replace(OPEN, judged=(1.0, 0.3))
 
 CASES = [
     # (name, gate before, window, prefetching in the window, open after, words in the reason)
@@ -29,10 +32,13 @@ CASES = [
     ("reads-no-room-stay-shut", SHUT, w(0.71, headroom=0.2), False, False, "CPU is saturated"),
     ("cpu-bound-stay-shut", SHUT, w(0.05, cpu=0.88), False, False, "88% on CPU: CPU-bound"),
     ("other-waits-stay-shut", SHUT, w(0.1, cpu=0.3), False, False, "stall is not reads"),
-    ("grace-window", Gate(True, "x", 0.6, True, grace=1), w(0.6), True, True, "x"),
-    ("probes-lower-reads-keep", OPEN, w(0.3), True, True, "from 60% to 30%"),
-    ("probes-do-not-lower-stop", OPEN, w(0.58), True, False, "did not lower"),
-    ("saturated-stop-at-once", OPEN, w(0.3, headroom=0.1), True, False, "CPU is saturated"),
+    ("grace-window", Gate(True, "x", 0.6, True, grace=1, run_before=0.3), w(0.6), True, True, "x"),
+    ("one-second-is-not-judged", OPEN, w(0.3, cpu=0.3), True, True, "x"),
+    ("faster-keep", HALF_JUDGED, w(0.3, cpu=0.5), True, True, "on CPU 30% before, 40% with probes"),
+    ("reads-fall-but-not-faster-stop", HALF_JUDGED, w(0.3, cpu=0.3), True, False, "did not speed"),
+    ("probes-do-not-lower-stop", HALF_JUDGED, w(0.58), True, False, "reads 60% before, 58% now"),
+    ("saturated-while-probing-is-judged-by-its-effect", HALF_JUDGED, w(0.2, cpu=0.6, headroom=0.1), True,
+     True, "speed the SQL thread up"),
     ("sql-thread-queued-stop", OPEN, w(0.3, cpu=0.6, queued=0.3), True, False, "waits for a core 30%"),
     ("open-without-baseline-measures-one", Gate(True, "x", None, True), w(0.4), True, True, "40%"),
     ("open-but-not-probing-rebases", OPEN, w(0.4), False, True, "40% waiting on disk reads"),
@@ -48,19 +54,27 @@ def test_stall_gate(before: Gate, window: StallWindow | None, prefetching: bool,
     assert words in after.reason
 
 
-def test_after_probes_did_not_help_the_gate_holds_shut_then_measures_again() -> None:
-    g = stall_gate(OPEN, w(0.6), prefetching=True)
-    assert not g.open and g.hold == control.HOLD_WINDOWS
+def test_after_probes_did_not_help_the_gate_holds_shut_longer_each_time_then_measures_again() -> None:
+    g = stall_gate(HALF_JUDGED, w(0.6), prefetching=True)
+    assert not g.open and g.hold == control.HOLD_WINDOWS and g.fails == 1
     for _ in range(control.HOLD_WINDOWS):
         g = stall_gate(g, w(0.7), prefetching=False)  # reads are high, but it just failed
         assert not g.open
-    g = stall_gate(g, w(0.7), prefetching=False)
-    assert g.open and g.baseline == 0.7 and g.grace == control.GRACE_WINDOWS
+    g = stall_gate(g, w(0.7, run=0.25), prefetching=False)
+    assert g.open and g.baseline == 0.7 and g.run_before == 0.25 and g.grace == control.GRACE_WINDOWS
+    g = stall_gate(replace(g, grace=0, judged=(1.0, 0.25)), w(0.7, run=0.25), prefetching=True)
+    assert not g.open and g.hold == 2 * control.HOLD_WINDOWS and g.fails == 2  # failed again: twice as long
+    many = replace(g, fails=30)
+    assert stall_gate(replace(many, hold=0, open=True, run_before=0.3, judged=(1.0, 0.3)), w(0.6),
+                      prefetching=True).hold == control.MAX_HOLD_WINDOWS
 
 
-def test_saturation_while_probing_holds_the_gate_shut_a_few_seconds() -> None:
-    g = stall_gate(OPEN, w(0.5, headroom=0.2), prefetching=True)
-    assert not g.open and g.hold == control.SATURATED_HOLD
+def test_a_verdict_that_pays_forgets_the_failures() -> None:
+    g = stall_gate(replace(HALF_JUDGED, fails=3), w(0.2, cpu=0.6), prefetching=True)
+    assert g.open and g.fails == 0 and g.judged == (0.0, 0.0)
+
+
+def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
     shut_alone = stall_gate(SHUT, w(0.5, headroom=0.2), prefetching=False)
     assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second
 
@@ -68,7 +82,7 @@ def test_saturation_while_probing_holds_the_gate_shut_a_few_seconds() -> None:
 def test_stall_window_shares() -> None:
     sw = control.stall_window({"on_cpu": 0.2, "cpu_wait": 0.1, "disk_read": 0.6, "other_wait": 0.1}, 1.5)
     assert sw == StallWindow(pytest.approx(1.0), pytest.approx(0.6), pytest.approx(0.3),  # type: ignore[arg-type]
-                             pytest.approx(0.1), 1.5)  # type: ignore[arg-type]
+                             pytest.approx(0.1), 1.5, pytest.approx(0.2))  # type: ignore[arg-type]
     assert control.stall_window({"on_cpu": 0.0}, None) is None
 
 
@@ -81,6 +95,9 @@ class FakeStall:
         self.threads = threads
         self.seconds = dict.fromkeys(("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait"), 0.0)
         self.headroom: float | None = 1.0
+
+    def headroom_over(self, span: float) -> float | None:
+        return self.headroom
 
     def totals(self) -> dict[str, float]:
         return dict(self.seconds)
@@ -157,3 +174,49 @@ def test_applier_threads_are_found_through_the_flavor_that_answers() -> None:
     assert [("PROCESSLIST" in q) for q in mon.asked] == [True, False, False]  # the MySQL way, remembered
     eng._sample = SimpleNamespace(status=SimpleNamespace(sql_running=False))  # type: ignore[assignment]
     assert asyncio.run(eng._appliers()) == ()
+
+
+# ----- the quick check beside the gate ----------------------------------------------------
+
+class ReadsMonitor:
+    """Innodb_buffer_pool_reads as the test sets it."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def global_status(self, *names: str) -> dict[str, int]:
+        return {"Innodb_buffer_pool_reads": self.reads}
+
+
+def quick(eng: PrefetchEngine, mon: ReadsMonitor, *, probed: int, reads: int) -> None:
+    eng.counters.rows_done += probed
+    mon.reads += reads
+    asyncio.run(eng._quick_check(0.0))
+
+
+@pytest.mark.parametrize(("measured", "backs_off"), [(False, True), (True, False)])
+def test_reads_beyond_probed_keys_shorten_the_lead_only_where_the_gate_cannot_judge(
+        measured: bool, backs_off: bool) -> None:
+    eng, _ = engine_with(FakeStall())
+    mon = ReadsMonitor()
+    eng.monitor = mon  # type: ignore[assignment]
+    eng.gate_state = control.Gate(True, "x", 0.5, measured, run_before=0.3)
+    target = eng.ctl.target_transactions
+    quick(eng, mon, probed=1, reads=0)  # the baseline
+    quick(eng, mon, probed=1500, reads=3000)  # the SQL thread's own reads beside the probes'
+    assert (eng.ctl.target_transactions < target) is backs_off
+
+
+def test_reads_while_the_gate_was_shut_are_not_counted_against_the_probes() -> None:
+    eng, _ = engine_with(FakeStall())
+    mon = ReadsMonitor()
+    eng.monitor = mon  # type: ignore[assignment]
+    target = eng.ctl.target_transactions
+    quick(eng, mon, probed=1, reads=0)
+    eng.gate_state = control.Gate(False, "shut", None, False)
+    for _ in range(5):  # five seconds of the SQL thread alone, reading
+        quick(eng, mon, probed=0, reads=2000)
+    eng.gate_state = control.UNMEASURED
+    quick(eng, mon, probed=0, reads=0)  # open again: a fresh baseline
+    quick(eng, mon, probed=1200, reads=1300)
+    assert eng.ctl.target_transactions == target and eng.ctl.enabled

@@ -220,9 +220,10 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 
 READ_SHARE = 0.25  # of the applier's time waiting on disk reads: pages to warm
 MIN_HEADROOM = 0.5  # idle cores the probes need; below it they take CPU from the SQL thread
-CPU_WAIT_SHARE = 0.25  # the SQL thread queued for a core this much: the machine is saturated
-LOWERED = 0.9  # read share under this x the share before prefetch: the probes help
+CPU_WAIT_SHARE = 0.25  # the SQL thread queued for a core this much: the probes compete with it
+RAISED = 1.1  # on-CPU share over this x the share before prefetch: the probes help
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
+JUDGE_SECONDS = 1.5  # applier-seconds of probing judged together: one second is noisy
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +234,8 @@ class StallWindow:
     read_share: float
     cpu_share: float  # on CPU plus queued for a core
     cpu_wait_share: float  # queued for a core
-    headroom: float | None  # idle cores on the machine, None when unknown
+    headroom: float | None  # idle cores on the machine over the window, None when unknown
+    run_share: float = 0.0  # on CPU: the share in which the SQL thread applies
 
 
 def stall_window(seconds: dict[str, float], headroom: float | None) -> StallWindow | None:
@@ -242,17 +244,21 @@ def stall_window(seconds: dict[str, float], headroom: float | None) -> StallWind
         return None
     def share(*names: str) -> float:
         return sum(seconds.get(n, 0.0) for n in names) / total
-    return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom)
+    return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom,
+                       share("on_cpu"))
 
 
 @dataclass(frozen=True, slots=True)
 class Gate:
     """Whether the SQL thread's time says prefetch may run now, and why.
 
-    ``baseline``: the read share measured without prefetch when the gate opened;
-    the probes must lower it to stay. ``grace``: windows the probes get to
-    catch up before they are judged. ``hold``: windows to stay shut after the
-    probes did not help (reopening at once would flap every second).
+    ``baseline``/``run_before``: the read and on-CPU shares measured without
+    prefetch when the gate opened; the probes must raise the on-CPU share to
+    stay. ``grace``: windows the probes get to catch up before they are
+    judged. ``judged``: applier-seconds and on-CPU seconds of probing summed
+    since the last verdict. ``hold``: windows to stay shut after the probes did
+    not help (reopening at once would flap every second); ``fails``: such
+    verdicts in a row, each doubling the hold.
     """
 
     open: bool
@@ -261,55 +267,73 @@ class Gate:
     measured: bool = False  # the last verdict came from a measurement
     grace: int = 0
     hold: int = 0
+    run_before: float | None = None
+    judged: tuple[float, float] = (0.0, 0.0)
+    fails: int = 0
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
 GRACE_WINDOWS = 1
 HOLD_WINDOWS = 10
-SATURATED_HOLD = 3
+MAX_HOLD_WINDOWS = 120
 CPU_SHARE = 0.6
+
+
+def _hold(fails: int) -> int:
+    return min(MAX_HOLD_WINDOWS, HOLD_WINDOWS << min(fails, 8))
 
 
 def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     """The verdict after about a second of the applier's time. Pure.
 
     Prefetch starts only while the SQL thread spends a real share of its time
-    waiting on reads and the machine has cores to spare; it stays only while
-    the probes lower that share; it stops at once when the CPU is saturated or
-    the stall is not reads. ``prefetching``: probes ran in the window (a shut
-    gate measures the SQL thread alone: the baseline).
+    waiting on reads and the machine has cores to spare. It stays only while
+    the probes raise the share of time the SQL thread runs on a CPU: that
+    share is its apply speed (its work per row is the same with or without
+    probes), and every way probes can fail lowers it or leaves it flat:
+    pages evicted before use (reads stay), probes taking its CPU (it queues),
+    probes making it wait for free pages or latches (other waits grow, which
+    a falling read share alone would hide). ``prefetching``: probes ran in the
+    window (a shut gate measures the SQL thread alone: the baseline).
     """
     if w is None:
         return UNMEASURED
     if w.seconds < MIN_MEASURED:
         return gate
     pct = round(100 * w.read_share)
-    if w.headroom is not None and w.headroom < MIN_HEADROOM:
-        # Saturated while probing: the probes are part of the load; stay off a few
-        # seconds rather than flap on and off every second.
-        hold = SATURATED_HOLD if gate.open and prefetching else max(0, gate.hold - 1)
-        return Gate(False, f"the CPU is saturated ({w.headroom:.1f} idle cores): probes would take it"
-                           " from the SQL thread", None, True, 0, hold)
     if gate.hold > 0:
         return replace(gate, hold=gate.hold - 1)
-    if not gate.open or not prefetching or gate.baseline is None:
+    if not gate.open or not prefetching or gate.run_before is None:
         if w.read_share >= READ_SHARE:
+            if w.headroom is not None and w.headroom < MIN_HEADROOM:
+                return Gate(False, f"SQL thread {pct}% waiting on disk reads, but the CPU is saturated"
+                                   f" ({w.headroom:.1f} idle cores): probes would take it from the SQL"
+                                   " thread", None, True, fails=gate.fails)
             idle = f", {w.headroom:.1f} idle cores" if w.headroom is not None else ""
             return Gate(True, f"SQL thread {pct}% waiting on disk reads{idle}: prefetching",
-                        w.read_share, True, GRACE_WINDOWS)
+                        w.read_share, True, GRACE_WINDOWS, run_before=w.run_share, fails=gate.fails)
         if w.cpu_share >= CPU_SHARE:
             return Gate(False, f"SQL thread {round(100 * w.cpu_share)}% on CPU: CPU-bound,"
-                               " prefetch cannot help", None, True)
+                               " prefetch cannot help", None, True, fails=gate.fails)
         return Gate(False, f"SQL thread {pct}% waiting on disk reads: its stall is not reads,"
-                           " prefetch cannot help", None, True)
+                           " prefetch cannot help", None, True, fails=gate.fails)
     if w.cpu_wait_share >= CPU_WAIT_SHARE:
+        hold = _hold(gate.fails)
         return Gate(False, f"the SQL thread waits for a core {round(100 * w.cpu_wait_share)}% of its"
-                           " time: probes compete with it; backing off", None, True)
+                           f" time: probes compete with it; backing off for {hold} s", None, True,
+                    hold=hold, fails=gate.fails + 1)
     if gate.grace > 0:
         return replace(gate, grace=gate.grace - 1)
-    before = round(100 * gate.baseline)
-    if w.read_share < gate.baseline * LOWERED:
-        return Gate(True, f"probes cut the SQL thread's read waits from {before}% to {pct}%",
-                    gate.baseline, True)
-    return Gate(False, f"probes did not lower the SQL thread's read waits ({before}% before, {pct}%"
-                       " now): backing off", None, True, 0, HOLD_WINDOWS)
+    seconds, running = gate.judged
+    seconds, running = seconds + w.seconds, running + w.run_share * w.seconds
+    if seconds < JUDGE_SECONDS:
+        return replace(gate, judged=(seconds, running))
+    run = running / seconds
+    shares = (f"on CPU {round(100 * gate.run_before)}% before, {round(100 * run)}% with probes;"
+              f" reads {round(100 * (gate.baseline or 0.0))}% before, {pct}% now")
+    if run >= gate.run_before * RAISED:
+        return replace(gate, reason=f"probes speed the SQL thread up ({shares})", judged=(0.0, 0.0),
+                       fails=0)
+    hold = _hold(gate.fails)
+    return Gate(False, f"probes did not speed the SQL thread up ({shares}): backing off for {hold} s",
+                None, True, 0, hold, fails=gate.fails + 1)

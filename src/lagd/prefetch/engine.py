@@ -531,7 +531,9 @@ class PrefetchEngine:
                                            None, True) if mon.threads else control.UNMEASURED
             mon.hz = 5.0
             return
-        w = control.stall_window(window, mon.headroom) if window is not None and mon.threads else None
+        span = sum(window.values()) / max(1, len(mon.threads)) if window is not None else 1.0
+        w = (control.stall_window(window, mon.headroom_over(max(0.5, span)))
+             if window is not None and mon.threads else None)
         before = self.gate_state
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
         mon.hz = 50.0 if self.gate_state.measured else 5.0
@@ -573,21 +575,29 @@ class PrefetchEngine:
         rows = self.counters.rows_done
         # Each check lets probation probe another chunk, whatever it decides.
         self._probation_from = self.counters.rows_probed
-        if not self.ctl.enabled or not self.tuning.adaptive or rows == self._checked_rows:
-            self._checked_rows = rows
+        if not self._enabled or not self.tuning.adaptive or rows == self._checked_rows:
+            # Nothing of ours to judge: the server's reads meanwhile are the SQL
+            # thread's alone. Counting them against the next probes made every
+            # cold catch-up look like thrashing (reads of the seconds the gate
+            # was shut, against one second of probed keys).
+            self._checked_rows, self._checked_reads = rows, -1.0
             return
         reads = await self._pool_reads()
         last_rows, last_reads = self._checked_rows, self._checked_reads
         self._checked_rows, self._checked_reads = rows, reads
         if reads < 0 or last_reads < 0:
-            return
+            return  # the first reading is the baseline
         w = control.Window(0.0, True, 0, rows - last_rows, int(reads - last_reads), 0, 0)
         if w.probed_rows < 1000 and control.nothing_to_warm(w) is None:
             # Too few keys to judge thrashing: keep counting from the same start.
             self._checked_rows, self._checked_reads = last_rows, last_reads
         if control.worth_warming(w):
             self._proven = True
-        shorter = control.thrashing(w)
+        # Where the SQL thread's time is measured, the gate judges eviction by its
+        # effect (the SQL thread still waits on reads): the server's reads include
+        # the SQL thread's own (a row's secondary indexes, pages no probe names),
+        # so reads > probed keys says little there.
+        shorter = control.thrashing(w) if not self.gate_state.measured else None
         if shorter is not None:
             target = max(self.tuning.min_transactions, self.ctl.target_transactions // 2)
             self.limits = replace(self.limits, max_pages=max(64, self.limits.max_pages // 2))

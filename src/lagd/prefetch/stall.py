@@ -303,6 +303,12 @@ class StallMonitor:
         self.seconds: dict[str, float] = dict.fromkeys(STATES, 0.0)
         self.samples = 0
         self._cpu: tuple[float, float] | None = None
+        # /proc/stat readings with their time: idle cores are judged over a second
+        # or more. One 20 ms interval holds 2 jiffies a core, so its headroom is
+        # 0, 1 or 2 cores at random; the gate read it once a second and shut on
+        # that noise about 2 s into every catch-up.
+        self._cpu_history: collections.deque[tuple[float, tuple[float, float]]] = \
+            collections.deque(maxlen=2048)
         self.headroom: float | None = None  # idle cores over the last sampling interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -352,6 +358,16 @@ class StallMonitor:
             if self._cpu is not None:
                 self.headroom = cpu_headroom(self._cpu, cpu, self.cpus)
             self._cpu = cpu
+            self._cpu_history.append((now, cpu))
+
+    def headroom_over(self, span: float) -> float | None:
+        """Idle cores over about the last ``span`` seconds, None when unknown."""
+        with self._lock:
+            if len(self._cpu_history) < 2:
+                return None
+            now, latest = self._cpu_history[-1]
+            start = next((cpu for at, cpu in self._cpu_history if at >= now - span), latest)
+        return cpu_headroom(start, latest, self.cpus)
 
     def start(self, hz: float | None = None) -> None:
         """Sample ``hz`` times a second in a daemon thread (procfs reads never wait on a
@@ -387,10 +403,10 @@ class StallMonitor:
         """Counters (seconds per state, cumulative: for ``lagd_sql_thread_seconds_total``),
         the verdict over the last ``span`` seconds, idle cores."""
         recent = self.recent(span)
+        headroom = self.headroom_over(span)
         with self._lock:
             seconds = dict(self.seconds)
             threads = list(self._wanted)
-            headroom = self.headroom
         v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom)
         return {"seconds": seconds, "recent": recent, "threads": threads, "headroom_cores": headroom,
                 "verdict": v.kind, "text": v.text, "prefetch_can_help": v.prefetch_can_help}

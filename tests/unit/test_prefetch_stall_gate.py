@@ -39,7 +39,9 @@ CASES = [
     ("probes-do-not-lower-stop", HALF_JUDGED, w(0.58), True, False, "reads 60% before, 58% now"),
     ("saturated-while-probing-is-judged-by-its-effect", HALF_JUDGED, w(0.2, cpu=0.6, headroom=0.1), True,
      True, "speed the SQL thread up"),
-    ("sql-thread-queued-stop", OPEN, w(0.3, cpu=0.6, queued=0.3), True, False, "waits for a core 30%"),
+    ("sql-thread-queued-stop", OPEN, w(0.2, cpu=0.8, queued=0.5), True, False, "waits for a core 50%"),
+    ("sql-thread-queued-some-is-judged", HALF_JUDGED, w(0.2, cpu=0.6, queued=0.3), True, False,
+     "on CPU 30% before, 30% with probes"),
     ("open-without-baseline-measures-one", Gate(True, "x", None, True), w(0.4), True, True, "40%"),
     ("open-but-not-probing-rebases", OPEN, w(0.4), False, True, "40% waiting on disk reads"),
 ]
@@ -91,8 +93,12 @@ def test_stall_window_shares() -> None:
 class FakeStall:
     """Stands in for stall.StallMonitor: cumulative seconds set by the test."""
 
-    def __init__(self, threads: tuple[int, ...] = (7,)) -> None:
+    def __init__(self, threads: tuple[int, ...] = (7,), wanted: tuple[int, ...] | None = None,
+                 looked: bool = True) -> None:
         self.threads = threads
+        self.wanted = threads if wanted is None else wanted
+        self.looked = looked
+        self.hz = 5.0
         self.seconds = dict.fromkeys(("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait"), 0.0)
         self.headroom: float | None = 1.0
 
@@ -127,11 +133,11 @@ def engine_with(fake: FakeStall) -> tuple[PrefetchEngine, FakePool]:
     return eng, pool
 
 
-def test_the_engine_opens_on_reads_and_shuts_when_cpu_bound() -> None:
+def test_the_engine_opens_on_reads_and_shuts_when_the_cpu_is_saturated() -> None:
     fake = FakeStall()
     eng, pool = engine_with(fake)
     eng._gate_check()  # first reading: nothing to compare yet
-    assert eng.gate_state.open  # unmeasured: the slow comparison decides
+    assert not eng.gate_state.open and "measuring" in eng.gate_state.reason and fake.hz == 50.0
     fake.add(on_cpu=0.3, disk_read=0.7)
     eng._gate_check()
     assert eng.gate_state.open and "70% waiting on disk reads" in eng.gate_state.reason
@@ -140,6 +146,21 @@ def test_the_engine_opens_on_reads_and_shuts_when_cpu_bound() -> None:
     eng._gate_check()
     assert not eng.gate_state.open and not eng._enabled
     assert pool.dropped == 1
+
+
+@pytest.mark.parametrize(("fake", "measuring_checks"), [
+    (FakeStall(threads=(), wanted=(), looked=False), 99),  # not looked for yet: no probes meanwhile
+    (FakeStall(threads=(), wanted=(7,)), 3),  # found, but /proc hides it: a few seconds, then go on
+])
+def test_threads_not_measured_yet_keep_the_gate_shut(fake: FakeStall, measuring_checks: int) -> None:
+    eng, _ = engine_with(fake)
+    shut = 0
+    for _ in range(10):
+        fake.add(on_cpu=1.0)
+        eng._gate_check()
+        shut += not eng.gate_state.open
+    assert shut == min(10, measuring_checks)
+    assert eng.gate_state.open is (measuring_checks < 10)
 
 
 def test_without_visible_threads_the_gate_stays_open() -> None:

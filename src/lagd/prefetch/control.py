@@ -220,7 +220,11 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 
 READ_SHARE = 0.25  # of the applier's time waiting on disk reads: pages to warm
 MIN_HEADROOM = 0.5  # idle cores the probes need; below it they take CPU from the SQL thread
-CPU_WAIT_SHARE = 0.25  # the SQL thread queued for a core this much: the probes compete with it
+# The SQL thread queued for a core this much: stop without waiting for the verdict.
+# Milder queueing is judged by its effect (the on-CPU share): cold catch-ups on a
+# shared 2-core machine queue it 11-18% without any probe, and a fixed 25% shut the
+# gate 3 s into a catch-up whose probes were about to pay.
+CPU_WAIT_SHARE = 0.5
 RAISED = 1.1  # on-CPU share over this x the share before prefetch: the probes help
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
 JUDGE_SECONDS = 1.5  # applier-seconds of probing judged together: one second is noisy

@@ -48,6 +48,8 @@ _CAUGHT_UP_BYTES = 4096  # Read - Exec source position under this: nothing to ge
 # sessions ran at full speed for the fraction of a second the check needs.
 _PROBATION_IN_FLIGHT = 2
 _PROBATION_ROWS = 256  # rows probed on probation before the quick check must judge them
+_MEASURING = control.Gate(False, "measuring the SQL thread before prefetching", None, True)
+_BLIND_CHECKS = 3  # seconds to wait for the applier threads' first readings
 
 
 @dataclass(slots=True)
@@ -163,7 +165,11 @@ class PrefetchEngine:
         self.stall = stall_monitor if tuning.adaptive else None
         # Shared: the daemon starts it and finds the threads; the engine only reads it.
         self._stall_own = not stall_shared
-        self.gate_state = control.UNMEASURED
+        # Until the SQL thread has been measured for a second, no probes: a cold
+        # start's first unmeasured seconds were enough for the older checks to
+        # back off for the whole catch-up.
+        self.gate_state = _MEASURING if self.stall is not None else control.UNMEASURED
+        self._blind_checks = 0  # gate checks with applier threads known but unreadable
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
         self._gate_shut_in_window = False  # the slow comparison skips such windows
@@ -527,16 +533,24 @@ class PrefetchEngine:
             # Caught up, paused or off: the SQL thread sleeps or does not run; the
             # next backlog is measured for a second before probes start. Meanwhile
             # a few samples a second are enough.
-            self.gate_state = control.Gate(False, "measuring the SQL thread before prefetching",
-                                           None, True) if mon.threads else control.UNMEASURED
+            self.gate_state = _MEASURING if mon.wanted or not mon.looked else control.UNMEASURED
             mon.hz = 5.0
             return
-        span = sum(window.values()) / max(1, len(mon.threads)) if window is not None else 1.0
-        w = (control.stall_window(window, mon.headroom_over(max(0.5, span)))
-             if window is not None and mon.threads else None)
+        mon.hz = 50.0
+        if not mon.threads:
+            # Not looked for yet, or found but not yet (or never) readable in /proc:
+            # wait a few seconds, then let the with/without comparison decide.
+            self._blind_checks = self._blind_checks + 1 if mon.looked else 0
+            blind = mon.looked and (not mon.wanted or self._blind_checks > _BLIND_CHECKS)
+            self.gate_state = control.UNMEASURED if blind else _MEASURING
+            return
+        self._blind_checks = 0
         before = self.gate_state
+        if window is None:
+            return  # the first reading: measured from now on
+        span = sum(window.values()) / len(mon.threads)
+        w = control.stall_window(window, mon.headroom_over(max(0.5, span)))
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
-        mon.hz = 50.0 if self.gate_state.measured else 5.0
         if not self.gate_state.open:
             self._gate_shut_in_window = True
         if self.gate_state.open != before.open:

@@ -299,6 +299,7 @@ class StallMonitor:
         self._last: dict[int, ThreadSample] = {}
         self._mix: dict[int, dict[str, float]] = {}  # per thread: recent samples per wait, decayed
         self._wanted: tuple[int, ...] = ()
+        self.looked = False  # set_threads was called: an empty set now means "not visible"
         self._history: collections.deque[tuple[float, dict[str, float]]] = collections.deque(maxlen=2048)
         self.seconds: dict[str, float] = dict.fromkeys(STATES, 0.0)
         self.samples = 0
@@ -324,7 +325,13 @@ class StallMonitor:
         with self._lock:
             return self._history[-1][0] if self._history else None
 
+    @property
+    def wanted(self) -> tuple[int, ...]:
+        """The threads last set, sampled or not (a /proc hidden from lagd reads none)."""
+        return self._wanted
+
     def set_threads(self, tids: Iterable[int]) -> None:
+        self.looked = True
         with self._lock:
             keep = {t: self._last.get(t) for t in tids}
             self._last = {t: s for t, s in keep.items() if s is not None}

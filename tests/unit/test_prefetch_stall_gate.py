@@ -14,36 +14,42 @@ from lagd.prefetch.engine import PrefetchEngine
 
 
 def w(read: float, cpu: float = 0.3, queued: float = 0.0, headroom: float | None = 1.0,
-      seconds: float = 1.0, run: float | None = None) -> StallWindow:
-    return StallWindow(seconds, read, cpu, queued, headroom, cpu - queued if run is None else run)
+      seconds: float = 1.0, rate: float = 1000.0) -> StallWindow:
+    """A second of the SQL thread's time and progress: ``rate`` rows applied."""
+    return StallWindow(seconds, read, cpu, queued, headroom, 1.0, int(rate))
 
 
 SHUT = Gate(False, "x", None, True)
-# Opened at 60% read waits and 30% on CPU, grace spent.
-OPEN = Gate(True, "x", 0.6, True, run_before=0.3)
-HALF_JUDGED = replace(OPEN, judged=(1.0, 0.3))
+MEASURING = Gate(False, "x", None, True, base=(1.0, 1000))  # a second of the SQL thread alone so far
+# Opened at 60% read waits and 1,000 rows/s, grace spent.
+OPEN = Gate(True, "x", 0.6, True, rate_before=1000.0)
+HALF_JUDGED = replace(OPEN, judged=(1.0, 1000))
 
 CASES = [
     # (name, gate before, window, prefetching in the window, open after, words in the reason)
     ("unmeasured-defers", SHUT, None, False, True, "not measured"),
     ("too-little-measured-keeps", SHUT, w(0.9, seconds=0.1), False, False, "x"),
-    ("reads-and-room-start", SHUT, w(0.71), False, True, "71% waiting on disk reads, 1.0 idle cores"),
-    ("reads-unknown-headroom-start", SHUT, w(0.5, headroom=None), False, True, "50% waiting on disk reads"),
-    ("reads-no-room-stay-shut", SHUT, w(0.71, headroom=0.2), False, False, "CPU is saturated"),
-    ("cpu-bound-stay-shut", SHUT, w(0.05, cpu=0.88), False, False, "88% on CPU: CPU-bound"),
+    ("reads-first-second-measures-the-rate", SHUT, w(0.71), False, False, "measuring its apply rate"),
+    ("reads-and-room-start", MEASURING, w(0.71), False, True, "71% waiting on disk reads, 1.0 idle cores"),
+    ("reads-unknown-headroom-start", MEASURING, w(0.5, headroom=None), False, True,
+     "50% waiting on disk reads"),
+    ("reads-no-room-stay-shut", MEASURING, w(0.71, headroom=0.2), False, False, "CPU is saturated"),
+    ("cpu-bound-stay-shut", MEASURING, w(0.05, cpu=0.88), False, False, "88% on CPU: CPU-bound"),
     ("other-waits-stay-shut", SHUT, w(0.1, cpu=0.3), False, False, "stall is not reads"),
-    ("grace-window", Gate(True, "x", 0.6, True, grace=1, run_before=0.3), w(0.6), True, True, "x"),
-    ("one-second-is-not-judged", OPEN, w(0.3, cpu=0.3), True, True, "x"),
-    ("faster-keep", HALF_JUDGED, w(0.3, cpu=0.5), True, True, "on CPU 30% before, 40% with probes"),
-    ("reads-fall-but-not-faster-stop", HALF_JUDGED, w(0.3, cpu=0.3), True, False, "did not speed"),
-    ("probes-do-not-lower-stop", HALF_JUDGED, w(0.58), True, False, "reads 60% before, 58% now"),
-    ("saturated-while-probing-is-judged-by-its-effect", HALF_JUDGED, w(0.2, cpu=0.6, headroom=0.1), True,
+    ("grace-window", Gate(True, "x", 0.6, True, grace=1, rate_before=1000.0), w(0.6), True, True, "x"),
+    ("one-second-is-not-judged", OPEN, w(0.3, rate=300), True, True, "x"),
+    ("faster-keep", HALF_JUDGED, w(0.3, rate=1400), True, True, "1,000 rows/s before, 1,200 with probes"),
+    ("faster-with-less-cpu-keep", HALF_JUDGED, w(0.1, cpu=0.2, rate=1400), True, True, "speed the SQL"),
+    ("reads-fall-but-not-faster-stop", HALF_JUDGED, w(0.3, rate=1000), True, False, "did not speed"),
+    ("probes-do-not-lower-stop", HALF_JUDGED, w(0.58, rate=900), True, False, "reads 60% of its time before"),
+    ("saturated-while-probing-is-judged-by-its-effect", HALF_JUDGED, w(0.2, cpu=0.6, headroom=0.1,
+                                                                       rate=1500), True,
      True, "speed the SQL thread up"),
     ("sql-thread-queued-stop", OPEN, w(0.2, cpu=0.8, queued=0.5), True, False, "waits for a core 50%"),
-    ("sql-thread-queued-some-is-judged", HALF_JUDGED, w(0.2, cpu=0.6, queued=0.3), True, False,
-     "on CPU 30% before, 30% with probes"),
-    ("open-without-baseline-measures-one", Gate(True, "x", None, True), w(0.4), True, True, "40%"),
-    ("open-but-not-probing-rebases", OPEN, w(0.4), False, True, "40% waiting on disk reads"),
+    ("sql-thread-queued-some-is-judged", HALF_JUDGED, w(0.2, cpu=0.6, queued=0.3, rate=800), True, False,
+     "1,000 rows/s before, 900 with probes"),
+    ("open-without-baseline-measures", Gate(True, "x", None, True), w(0.4), True, False, "measuring"),
+    ("open-but-not-probing-waits", OPEN, w(0.4, rate=5), False, True, "x"),
 ]
 
 
@@ -56,35 +62,44 @@ def test_stall_gate(before: Gate, window: StallWindow | None, prefetching: bool,
     assert words in after.reason
 
 
-def test_after_probes_did_not_help_the_gate_holds_shut_longer_each_time_then_measures_again() -> None:
+def test_after_probes_did_not_pay_the_gate_holds_shut_longer_each_time_then_measures_again() -> None:
     g = stall_gate(HALF_JUDGED, w(0.6), prefetching=True)
     assert not g.open and g.hold == control.HOLD_WINDOWS and g.fails == 1
     for _ in range(control.HOLD_WINDOWS):
         g = stall_gate(g, w(0.7), prefetching=False)  # reads are high, but it just failed
         assert not g.open
-    g = stall_gate(g, w(0.7, run=0.25), prefetching=False)
-    assert g.open and g.baseline == 0.7 and g.run_before == 0.25 and g.grace == control.GRACE_WINDOWS
-    g = stall_gate(replace(g, grace=0, judged=(1.0, 0.25)), w(0.7, run=0.25), prefetching=True)
+    g = stall_gate(g, w(0.7, rate=700), prefetching=False)
+    g = stall_gate(g, w(0.7, rate=900), prefetching=False)
+    assert g.open and g.baseline == 0.7 and g.rate_before == 800 and g.grace == control.GRACE_WINDOWS
+    g = stall_gate(replace(g, grace=0, judged=(1.0, 800)), w(0.7, rate=800), prefetching=True)
     assert not g.open and g.hold == 2 * control.HOLD_WINDOWS and g.fails == 2  # failed again: twice as long
-    many = replace(g, fails=30)
-    assert stall_gate(replace(many, hold=0, open=True, run_before=0.3, judged=(1.0, 0.3)), w(0.6),
-                      prefetching=True).hold == control.MAX_HOLD_WINDOWS
+    many = replace(HALF_JUDGED, fails=30)
+    assert stall_gate(many, w(0.6), prefetching=True).hold == control.MAX_HOLD_WINDOWS
 
 
 def test_a_verdict_that_pays_forgets_the_failures() -> None:
-    g = stall_gate(replace(HALF_JUDGED, fails=3), w(0.2, cpu=0.6), prefetching=True)
-    assert g.open and g.fails == 0 and g.judged == (0.0, 0.0)
+    g = stall_gate(replace(HALF_JUDGED, fails=3), w(0.2, rate=2000), prefetching=True)
+    assert g.open and g.fails == 0 and g.judged == (0.0, 0)
+
+
+def test_the_apply_rate_before_is_measured_over_two_seconds_of_high_reads() -> None:
+    g = stall_gate(SHUT, w(0.6, rate=500), prefetching=False)
+    g = stall_gate(g, w(0.1, rate=5000), prefetching=False)  # reads low: start again
+    assert not g.open and g.base == (0.0, 0)
+    g = stall_gate(g, w(0.6, rate=500), prefetching=False)
+    g = stall_gate(g, w(0.6, rate=700), prefetching=False)
+    assert g.open and g.rate_before == 600
 
 
 def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
-    shut_alone = stall_gate(SHUT, w(0.5, headroom=0.2), prefetching=False)
+    shut_alone = stall_gate(MEASURING, w(0.5, headroom=0.2), prefetching=False)
     assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second
 
 
 def test_stall_window_shares() -> None:
     sw = control.stall_window({"on_cpu": 0.2, "cpu_wait": 0.1, "disk_read": 0.6, "other_wait": 0.1}, 1.5)
     assert sw == StallWindow(pytest.approx(1.0), pytest.approx(0.6), pytest.approx(0.3),  # type: ignore[arg-type]
-                             pytest.approx(0.1), 1.5, pytest.approx(0.2))  # type: ignore[arg-type]
+                             pytest.approx(0.1), 1.5)  # type: ignore[arg-type]
     assert control.stall_window({"on_cpu": 0.0}, None) is None
 
 
@@ -127,24 +142,31 @@ def engine_with(fake: FakeStall) -> tuple[PrefetchEngine, FakePool]:
     limits = control.limits_for(10, 1000, 64 << 20, 30.0, 256 << 20, 0.25)
     tuning = control.Tuning(10, 1000, 4, 8, adaptive=True)
     pool = FakePool()
+    clock = iter(range(10**6))  # each gate check a second after the last
     eng = PrefetchEngine(None, None, pool, None, limits, tuning,  # type: ignore[arg-type]
-                         stall_monitor=fake)  # type: ignore[arg-type]
+                         stall_monitor=fake, clock=lambda: float(next(clock)))  # type: ignore[arg-type]
     eng.state = "active"
     return eng, pool
 
 
-def test_the_engine_opens_on_reads_and_shuts_when_the_cpu_is_saturated() -> None:
+def test_the_engine_opens_on_reads_and_shuts_when_probes_do_not_pay() -> None:
     fake = FakeStall()
     eng, pool = engine_with(fake)
     eng._gate_check()  # first reading: nothing to compare yet
     assert not eng.gate_state.open and "measuring" in eng.gate_state.reason and fake.hz == 50.0
-    fake.add(on_cpu=0.3, disk_read=0.7)
-    eng._gate_check()
+    for _ in range(2):  # two seconds of its apply rate alone
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._gate_applied += 500
+        eng._gate_check()
     assert eng.gate_state.open and "70% waiting on disk reads" in eng.gate_state.reason
-    fake.headroom = 0.1
-    fake.add(on_cpu=0.7, disk_read=0.3)
-    eng._gate_check()
+    assert eng.gate_state.rate_before == 500
+    for _ in range(3):  # a second of grace, two judged: probes ran, the SQL thread went no faster
+        fake.add(on_cpu=0.5, disk_read=0.3, cpu_wait=0.2)
+        eng.counters.rows_probed += 300
+        eng._gate_applied += 480
+        eng._gate_check()
     assert not eng.gate_state.open and not eng._enabled
+    assert "500 rows/s before, 480 with probes" in eng.gate_state.reason
     assert pool.dropped == 1
 
 
@@ -221,7 +243,7 @@ def test_reads_beyond_probed_keys_shorten_the_lead_only_where_the_gate_cannot_ju
     eng, _ = engine_with(FakeStall())
     mon = ReadsMonitor()
     eng.monitor = mon  # type: ignore[assignment]
-    eng.gate_state = control.Gate(True, "x", 0.5, measured, run_before=0.3)
+    eng.gate_state = control.Gate(True, "x", 0.5, measured, rate_before=1000.0)
     target = eng.ctl.target_transactions
     quick(eng, mon, probed=1, reads=0)  # the baseline
     quick(eng, mon, probed=1500, reads=3000)  # the SQL thread's own reads beside the probes'

@@ -221,48 +221,52 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 READ_SHARE = 0.25  # of the applier's time waiting on disk reads: pages to warm
 MIN_HEADROOM = 0.5  # idle cores the probes need; below it they take CPU from the SQL thread
 # The SQL thread queued for a core this much: stop without waiting for the verdict.
-# Milder queueing is judged by its effect (the on-CPU share): cold catch-ups on a
+# Milder queueing is judged by its effect on the apply rate: cold catch-ups on a
 # shared 2-core machine queue it 11-18% without any probe, and a fixed 25% shut the
 # gate 3 s into a catch-up whose probes were about to pay.
 CPU_WAIT_SHARE = 0.5
-RAISED = 1.1  # on-CPU share over this x the share before prefetch: the probes help
+RAISED = 1.05  # apply rate over this x the rate before prefetch: the probes pay
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
-JUDGE_SECONDS = 1.5  # applier-seconds of probing judged together: one second is noisy
+BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to beat
+JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
 
 
 @dataclass(frozen=True, slots=True)
 class StallWindow:
-    """About a second of the applier threads' time (stall.py's states, summed)."""
+    """About a second of the applier threads' time (stall.py's states, summed) and of
+    their progress."""
 
     seconds: float  # applier-seconds measured
     read_share: float
     cpu_share: float  # on CPU plus queued for a core
     cpu_wait_share: float  # queued for a core
     headroom: float | None  # idle cores on the machine over the window, None when unknown
-    run_share: float = 0.0  # on CPU: the share in which the SQL thread applies
+    wall: float = 0.0  # seconds of the window
+    applied: int = 0  # row changes (statements) the SQL thread applied in it
 
 
-def stall_window(seconds: dict[str, float], headroom: float | None) -> StallWindow | None:
+def stall_window(seconds: dict[str, float], headroom: float | None, wall: float = 0.0,
+                 applied: int = 0) -> StallWindow | None:
     total = sum(seconds.values())
     if total <= 0:
         return None
     def share(*names: str) -> float:
         return sum(seconds.get(n, 0.0) for n in names) / total
     return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom,
-                       share("on_cpu"))
+                       wall, applied)
 
 
 @dataclass(frozen=True, slots=True)
 class Gate:
     """Whether the SQL thread's time says prefetch may run now, and why.
 
-    ``baseline``/``run_before``: the read and on-CPU shares measured without
-    prefetch when the gate opened; the probes must raise the on-CPU share to
-    stay. ``grace``: windows the probes get to catch up before they are
-    judged. ``judged``: applier-seconds and on-CPU seconds of probing summed
-    since the last verdict. ``hold``: windows to stay shut after the probes did
-    not help (reopening at once would flap every second); ``fails``: such
-    verdicts in a row, each doubling the hold.
+    ``base``: wall seconds and rows applied by the SQL thread alone while its
+    reads were high; at ``BASE_SECONDS`` the gate opens with ``rate_before``
+    (and ``baseline``, the read share) as the speed to beat. ``grace``:
+    windows the probes get to catch up before they are judged. ``judged``:
+    wall seconds and rows of probing since the last verdict. ``hold``: windows
+    to stay shut after the probes did not pay (reopening at once would flap
+    every second); ``fails``: such verdicts in a row, each doubling the hold.
     """
 
     open: bool
@@ -271,8 +275,9 @@ class Gate:
     measured: bool = False  # the last verdict came from a measurement
     grace: int = 0
     hold: int = 0
-    run_before: float | None = None
-    judged: tuple[float, float] = (0.0, 0.0)
+    rate_before: float | None = None
+    base: tuple[float, int] = (0.0, 0)
+    judged: tuple[float, int] = (0.0, 0)
     fails: int = 0
 
 
@@ -291,14 +296,14 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     """The verdict after about a second of the applier's time. Pure.
 
     Prefetch starts only while the SQL thread spends a real share of its time
-    waiting on reads and the machine has cores to spare. It stays only while
-    the probes raise the share of time the SQL thread runs on a CPU: that
-    share is its apply speed (its work per row is the same with or without
-    probes), and every way probes can fail lowers it or leaves it flat:
-    pages evicted before use (reads stay), probes taking its CPU (it queues),
-    probes making it wait for free pages or latches (other waits grow, which
-    a falling read share alone would hide). ``prefetching``: probes ran in the
-    window (a shut gate measures the SQL thread alone: the baseline).
+    waiting on reads and the machine has cores to spare, after two seconds of
+    its apply rate alone. It stays only while the apply rate with probes beats
+    that: every way probes fail shows there (pages evicted before use, probes
+    taking the SQL thread's CPU, probes making it wait for free pages or
+    latches), and the SQL thread's own shares cannot tell: with warm pages it
+    also spends less CPU a row (no page read-in, checksum or eviction), so a
+    faster SQL thread can show a smaller on-CPU share. ``prefetching``: probes
+    ran in the window.
     """
     if w is None:
         return UNMEASURED
@@ -307,15 +312,21 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     pct = round(100 * w.read_share)
     if gate.hold > 0:
         return replace(gate, hold=gate.hold - 1)
-    if not gate.open or not prefetching or gate.run_before is None:
+    if gate.open and gate.rate_before is not None and not prefetching:
+        return gate  # no probes this second (lead full, a comparison window): nothing to judge
+    if not gate.open or gate.rate_before is None:
         if w.read_share >= READ_SHARE:
             if w.headroom is not None and w.headroom < MIN_HEADROOM:
                 return Gate(False, f"SQL thread {pct}% waiting on disk reads, but the CPU is saturated"
                                    f" ({w.headroom:.1f} idle cores): probes would take it from the SQL"
                                    " thread", None, True, fails=gate.fails)
+            base = (gate.base[0] + w.wall, gate.base[1] + w.applied)
+            if base[0] < BASE_SECONDS:
+                return Gate(False, f"SQL thread {pct}% waiting on disk reads: measuring its apply rate"
+                                   " before prefetching", None, True, base=base, fails=gate.fails)
             idle = f", {w.headroom:.1f} idle cores" if w.headroom is not None else ""
             return Gate(True, f"SQL thread {pct}% waiting on disk reads{idle}: prefetching",
-                        w.read_share, True, GRACE_WINDOWS, run_before=w.run_share, fails=gate.fails)
+                        w.read_share, True, GRACE_WINDOWS, rate_before=base[1] / base[0], fails=gate.fails)
         if w.cpu_share >= CPU_SHARE:
             return Gate(False, f"SQL thread {round(100 * w.cpu_share)}% on CPU: CPU-bound,"
                                " prefetch cannot help", None, True, fails=gate.fails)
@@ -328,16 +339,14 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                     hold=hold, fails=gate.fails + 1)
     if gate.grace > 0:
         return replace(gate, grace=gate.grace - 1)
-    seconds, running = gate.judged
-    seconds, running = seconds + w.seconds, running + w.run_share * w.seconds
-    if seconds < JUDGE_SECONDS:
-        return replace(gate, judged=(seconds, running))
-    run = running / seconds
-    shares = (f"on CPU {round(100 * gate.run_before)}% before, {round(100 * run)}% with probes;"
-              f" reads {round(100 * (gate.baseline or 0.0))}% before, {pct}% now")
-    if run >= gate.run_before * RAISED:
-        return replace(gate, reason=f"probes speed the SQL thread up ({shares})", judged=(0.0, 0.0),
-                       fails=0)
+    wall, rows = gate.judged[0] + w.wall, gate.judged[1] + w.applied
+    if wall < JUDGE_SECONDS:
+        return replace(gate, judged=(wall, rows))
+    rate = rows / wall
+    rates = (f"{gate.rate_before:,.0f} rows/s before, {rate:,.0f} with probes;"
+             f" reads {round(100 * (gate.baseline or 0.0))}% of its time before, {pct}% now")
+    if rate >= gate.rate_before * RAISED:
+        return replace(gate, reason=f"probes speed the SQL thread up ({rates})", judged=(0.0, 0), fails=0)
     hold = _hold(gate.fails)
-    return Gate(False, f"probes did not speed the SQL thread up ({shares}): backing off for {hold} s",
+    return Gate(False, f"probes did not speed the SQL thread up ({rates}): backing off for {hold} s",
                 None, True, 0, hold, fails=gate.fails + 1)

@@ -360,7 +360,10 @@ class Runtime:
         self.reading = cur
         st = self.health["replica_status"]
         if cur.status is None:
-            st.fail(t0, cur.status_error or f"{self.where}: no replica status", self._status_fix(cur))
+            # The fix the fault carries: guessed from its words, a missing grant ("Access denied;
+            # you need ... privilege") was told to check the password.
+            fix = cur.fault.fix if cur.fault is not None else None
+            st.fail(t0, cur.status_error or f"{self.where}: no replica status", fix)
             self._unsettle(cur.status_error or "no replica status")
         else:
             st.ok(t0)
@@ -410,18 +413,6 @@ class Runtime:
                 flavor = self.parts.monitor.flavor
                 await stall.refresh(st.sql_running, bool(flavor and flavor.is_mariadb))
             await self._sleep(0.25)  # refresh asks the server only when due or the SQL thread changed
-
-    def _status_fix(self, cur: ReplicaReading) -> str | None:
-        err = cur.status_error or ""
-        if "did not answer" in err:
-            return "the server hangs or is overloaded: check it (SHOW PROCESSLIST, its error log)"
-        if "Access denied" in err or "1045" in err:
-            return "check replica.user and the password (replica.password_file) against the server's account"
-        if "Can't connect" in err or "(error 2002)" in err or "(error 2003)" in err or "2003," in err:
-            return "check that the server runs, and replica.host/port/socket in the config"
-        if "no replication channel" in err:
-            return "check replica.channel, or set up replication on this server"
-        return None
 
     def _heartbeat_health(self, cur: ReplicaReading) -> None:
         h = self.health["heartbeat"]

@@ -185,7 +185,7 @@ async def read_replica(settings: Settings) -> ReplicaReading:
     try:
         endpoint = endpoint_of(settings)
     except LagdError as e:
-        return ReplicaReading(time.time(), time.monotonic(), None, f"{where}: {e}", None, None)
+        return ReplicaReading(time.time(), time.monotonic(), None, f"{where}: {e}", None, None, fault=e)
     monitor = ReplicaMonitor.of(endpoint, r.channel)
     hb = SessionHeartbeat(heartbeat_session(endpoint, settings))
     try:

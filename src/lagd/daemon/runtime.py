@@ -456,24 +456,32 @@ class Runtime:
 
     async def _relay_loop(self) -> None:
         """Find the relay log, then run the look-ahead reader and the prefetcher; retry on trouble."""
-        h = self.health["relay_log"]
+        def failed(e: Exception) -> None:
+            self.tail_off = str(e)
+            if self.settings.prefetch.enabled:
+                self.prefetch_off = f"waits for the relay log: {e}"
+                self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
+        await self._supervise("relay_log", "relay log", self._relay_once, failed, self._close_relay)
+
+    async def _supervise(self, health: str, what: str, once: Callable[[], Awaitable[None]],
+                         failed: Callable[[Exception], None], close: Callable[[], Awaitable[None]]) -> None:
+        """Run ``once`` until stopped; after each end ``close``, and after a failure say why
+        (``health``, once per cause), tell ``failed`` and try again on the backoff."""
+        h = self.health[health]
         attempt = 0
         while not self._stop.is_set():
             began = self.clock.mono()
             try:
-                await self._relay_once()
+                await once()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a subsystem never dies: say why, try again
-                self.tail_off = str(e)
                 h.failed(None, e)
                 if not isinstance(e, LagdError | RelayLogError | OSError):
-                    log.error("relay log: unexpected failure", exc_info=e)
-                if self.settings.prefetch.enabled:
-                    self.prefetch_off = f"waits for the relay log: {e}"
-                    self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
+                    log.error("%s: unexpected failure", what, exc_info=e)
+                failed(e)
             finally:
-                await self._close_relay()
+                await close()
             attempt = 0 if self.clock.mono() - began > RETRY_RESET else attempt + 1
             await self._retry(attempt)
 
@@ -488,6 +496,9 @@ class Runtime:
         if reader is not None:
             with contextlib.suppress(Exception):
                 reader.close()
+        await self._close_prefetcher()
+
+    async def _close_prefetcher(self) -> None:
         p, self.prefetcher = self.prefetcher, None
         if p is not None:
             with contextlib.suppress(Exception):
@@ -561,29 +572,16 @@ class Runtime:
 
     async def _prefetch_loop(self, index: Path) -> None:
         """Build and run the prefetcher; on failure say why and build it again (the tail reads on)."""
-        h = self.health["prefetch"]
-        attempt = 0
-        while not self._stop.is_set():
-            began = self.clock.mono()
+        async def once() -> None:
             mariadb = bool(self.parts.monitor.flavor and self.parts.monitor.flavor.is_mariadb)
-            try:
-                self.prefetcher = await self.parts.prefetch(self.settings.prefetch, index, mariadb)
-                self.prefetch_off = None
-                h.ok(self.clock.mono())
-                await self.prefetcher.run(self._stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a subsystem never dies: say why, try again
-                self.prefetch_off = str(e)
-                h.failed(None, e)
-                if not isinstance(e, LagdError | RelayLogError | OSError):
-                    log.error("prefetch: unexpected failure", exc_info=e)
-            p, self.prefetcher = self.prefetcher, None
-            if p is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(p.close(), 1.0)
-            attempt = 0 if self.clock.mono() - began > RETRY_RESET else attempt + 1
-            await self._retry(attempt)
+            self.prefetcher = await self.parts.prefetch(self.settings.prefetch, index, mariadb)
+            self.prefetch_off = None
+            self.health["prefetch"].ok(self.clock.mono())
+            await self.prefetcher.run(self._stop)
+
+        def failed(e: Exception) -> None:
+            self.prefetch_off = str(e)
+        await self._supervise("prefetch", "prefetch", once, failed, self._close_prefetcher)
 
     # ----- advisor --------------------------------------------------------
 

@@ -53,7 +53,7 @@ class ReplicaMonitor:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *,
                  where: str = "replica", read_timeout: float = 3.0, statement_timeout: float = 2.0,
                  connect_timeout: float = 5.0, retry: Retry | None = None,
-                 clock: Callable[[], float] = time.monotonic, quiet: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._connect = connect
         self.channel = channel
         self._sleep = sleep
@@ -71,11 +71,7 @@ class ReplicaMonitor:
         self.failures = 0
         self.reconnects = 0
         self._ever_connected = False
-        # quiet: someone else speaks for this server (the daemon's health log, or
-        # the daemon's own monitor when this one is the prefetch engine's), so a
-        # fault is one log line, not one per connection that noticed it.
-        self.failure_log = FailureLog(log, where, clock=clock,
-                                      level=logging.DEBUG if quiet else logging.WARNING)
+        self.failure_log = FailureLog(log, where, clock=clock)
         self._lock = asyncio.Lock()  # one statement at a time on the one connection
 
     @classmethod

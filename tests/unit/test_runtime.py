@@ -14,8 +14,19 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from runtime_fakes import DENIED, REFUSED, WHERE, FakeParts, at, runtime, settings, transaction
+from runtime_fakes import (
+    DENIED,
+    REFUSED,
+    WHERE,
+    FakeParts,
+    FakePrefetcher,
+    at,
+    runtime,
+    settings,
+    transaction,
+)
 
+from lagd.config import PrefetchSettings
 from lagd.daemon.collect import HUNG_FIX
 from lagd.daemon.http import readiness
 from lagd.daemon.main import STOP_BUDGET
@@ -373,6 +384,30 @@ async def test_a_failing_prefetcher_leaves_the_look_ahead_running() -> None:
     assert rt._backlog_known() and not rt.health["prefetch"].up
     off = rt.snapshot().prefetch_off_reason
     assert off == f"{WHERE}: cannot open probe sessions (fix: grant SELECT to lagd)"
+    await stop_within_budget(rt)
+
+
+@pytest.mark.asyncio
+async def test_a_failing_prefetcher_is_closed_and_built_again(caplog: pytest.LogCaptureFixture) -> None:
+    rt, _ = runtime(settings(prefetch={"enabled": True}))
+    rt.relay_retry = 0.02
+    built: list[FakePrefetcher] = []
+
+    class Crashing(FakePrefetcher):
+        async def run(self, stop: asyncio.Event) -> None:
+            raise RuntimeError("prefetch bug")
+
+    async def make(p: PrefetchSettings, index: Path, mariadb: bool) -> Prefetcher:
+        built.append(Crashing(p))
+        return built[-1]
+
+    rt.parts.prefetch = make
+    caplog.set_level(logging.ERROR, logger="lagd")
+    await running(rt)
+    await until(lambda: len(built) >= 3, "three prefetchers")
+    assert all(p.closed for p in built[:2]) and rt._backlog_known()
+    assert not rt.health["prefetch"].up and rt.health["prefetch"].reason == "prefetch bug"
+    assert any(r.getMessage() == "prefetch: unexpected failure" and r.exc_info for r in caplog.records)
     await stop_within_budget(rt)
 
 

@@ -461,9 +461,10 @@ class Runtime:
             if self.settings.prefetch.enabled:
                 self.prefetch_off = f"waits for the relay log: {e}"
                 self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
-        await self._supervise("relay_log", "relay log", self._relay_once, failed, self._close_relay)
 
-    async def _supervise(self, health: str, what: str, once: Callable[[], Awaitable[None]],
+        await self._supervise("relay_log", self._relay_once, failed, self._close_relay)
+
+    async def _supervise(self, health: str, once: Callable[[], Awaitable[None]],
                          failed: Callable[[Exception], None], close: Callable[[], Awaitable[None]]) -> None:
         """Run ``once`` until stopped; after each end ``close``, and after a failure say why
         (``health``, once per cause), tell ``failed`` and try again on the backoff."""
@@ -478,7 +479,7 @@ class Runtime:
             except Exception as e:  # a subsystem never dies: say why, try again
                 h.failed(None, e)
                 if not isinstance(e, LagdError | RelayLogError | OSError):
-                    log.error("%s: unexpected failure", what, exc_info=e)
+                    log.error("%s: unexpected failure", health.replace("_", " "), exc_info=e)
                 failed(e)
             finally:
                 await close()
@@ -581,7 +582,8 @@ class Runtime:
 
         def failed(e: Exception) -> None:
             self.prefetch_off = str(e)
-        await self._supervise("prefetch", "prefetch", once, failed, self._close_prefetcher)
+
+        await self._supervise("prefetch", once, failed, self._close_prefetcher)
 
     # ----- advisor --------------------------------------------------------
 

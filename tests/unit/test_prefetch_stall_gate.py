@@ -15,15 +15,15 @@ from lagd.prefetch.engine import PrefetchEngine
 
 def w(read: float, cpu: float = 0.3, queued: float = 0.0, headroom: float | None = 1.0,
       seconds: float = 1.0, rate: float = 1000.0) -> StallWindow:
-    """A second of the SQL thread's time and progress: ``rate`` rows applied."""
-    return StallWindow(seconds, read, cpu, queued, headroom, 1.0, int(rate))
+    """A second of the SQL thread's time and progress: ``rate`` KiB of relay log applied."""
+    return StallWindow(seconds, read, cpu, queued, headroom, 1.0, int(rate * 1024))
 
 
 SHUT = Gate(False, "x", None, True)
-MEASURING = Gate(False, "x", None, True, base=(1.0, 1000))  # a second of the SQL thread alone so far
+MEASURING = Gate(False, "x", None, True, base=(1.0, 1000 * 1024))  # a second of the SQL thread alone so far
 # Opened at 60% read waits and 1,000 rows/s, grace spent.
-OPEN = Gate(True, "x", 0.6, True, rate_before=1000.0)
-HALF_JUDGED = replace(OPEN, judged=(1.0, 1000))
+OPEN = Gate(True, "x", 0.6, True, rate_before=1000.0 * 1024)
+HALF_JUDGED = replace(OPEN, judged=(1.0, 1000 * 1024))
 
 CASES = [
     # (name, gate before, window, prefetching in the window, open after, words in the reason)
@@ -36,9 +36,10 @@ CASES = [
     ("reads-no-room-stay-shut", MEASURING, w(0.71, headroom=0.2), False, False, "CPU is saturated"),
     ("cpu-bound-stay-shut", MEASURING, w(0.05, cpu=0.88), False, False, "88% on CPU: CPU-bound"),
     ("other-waits-stay-shut", SHUT, w(0.1, cpu=0.3), False, False, "stall is not reads"),
-    ("grace-window", Gate(True, "x", 0.6, True, grace=1, rate_before=1000.0), w(0.6), True, True, "x"),
+    ("grace-window", Gate(True, "x", 0.6, True, grace=1, rate_before=1000.0 * 1024), w(0.6), True, True, "x"),
     ("one-second-is-not-judged", OPEN, w(0.3, rate=300), True, True, "x"),
-    ("faster-keep", HALF_JUDGED, w(0.3, rate=1400), True, True, "1,000 rows/s before, 1,200 with probes"),
+    ("faster-keep", HALF_JUDGED, w(0.3, rate=1400), True, True,
+     "applied 1,000 KiB/s of relay log before, 1,200 KiB/s of relay log with probes"),
     ("faster-with-less-cpu-keep", HALF_JUDGED, w(0.1, cpu=0.2, rate=1400), True, True, "speed the SQL"),
     ("reads-fall-but-not-faster-stop", HALF_JUDGED, w(0.3, rate=1000), True, False, "did not speed"),
     ("probes-do-not-lower-stop", HALF_JUDGED, w(0.58, rate=900), True, False, "reads 60% of its time before"),
@@ -47,7 +48,7 @@ CASES = [
      True, "speed the SQL thread up"),
     ("sql-thread-queued-stop", OPEN, w(0.2, cpu=0.8, queued=0.5), True, False, "waits for a core 50%"),
     ("sql-thread-queued-some-is-judged", HALF_JUDGED, w(0.2, cpu=0.6, queued=0.3, rate=800), True, False,
-     "1,000 rows/s before, 900 with probes"),
+     "1,000 KiB/s of relay log before, 900 KiB/s"),
     ("open-without-baseline-measures", Gate(True, "x", None, True), w(0.4), True, False, "measuring"),
     ("open-but-not-probing-waits", OPEN, w(0.4, rate=5), False, True, "x"),
 ]
@@ -70,8 +71,8 @@ def test_after_probes_did_not_pay_the_gate_holds_shut_longer_each_time_then_meas
         assert not g.open
     g = stall_gate(g, w(0.7, rate=700), prefetching=False)
     g = stall_gate(g, w(0.7, rate=900), prefetching=False)
-    assert g.open and g.baseline == 0.7 and g.rate_before == 800 and g.grace == control.GRACE_WINDOWS
-    g = stall_gate(replace(g, grace=0, judged=(1.0, 800)), w(0.7, rate=800), prefetching=True)
+    assert g.open and g.baseline == 0.7 and g.rate_before == 800 * 1024 and g.grace == control.GRACE_WINDOWS
+    g = stall_gate(replace(g, grace=0, judged=(1.0, 800 * 1024)), w(0.7, rate=800), prefetching=True)
     assert not g.open and g.hold == 2 * control.HOLD_WINDOWS and g.fails == 2  # failed again: twice as long
     many = replace(HALF_JUDGED, fails=30)
     assert stall_gate(many, w(0.6), prefetching=True).hold == control.MAX_HOLD_WINDOWS
@@ -88,7 +89,20 @@ def test_the_apply_rate_before_is_measured_over_two_seconds_of_high_reads() -> N
     assert not g.open and g.base == (0.0, 0)
     g = stall_gate(g, w(0.6, rate=500), prefetching=False)
     g = stall_gate(g, w(0.6, rate=700), prefetching=False)
-    assert g.open and g.rate_before == 600
+    assert g.open and g.rate_before == 600 * 1024
+
+
+def test_a_window_across_relay_log_files_is_skipped() -> None:
+    across = replace(w(0.6), applied=None)
+    assert stall_gate(MEASURING, across, prefetching=False) == MEASURING
+    assert stall_gate(HALF_JUDGED, across, prefetching=True) == HALF_JUDGED
+
+
+@pytest.mark.parametrize(("read_now", "open_"), [(0.3, True), (0.58, False)])
+def test_inside_one_big_transaction_the_read_waits_judge(read_now: float, open_: bool) -> None:
+    """The SQL thread's position stands still until the transaction commits."""
+    stuck = replace(OPEN, rate_before=0.0, judged=(1.0, 0))
+    assert stall_gate(stuck, w(read_now, rate=0), prefetching=True).open is open_
 
 
 def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
@@ -154,19 +168,21 @@ def test_the_engine_opens_on_reads_and_shuts_when_probes_do_not_pay() -> None:
     eng, pool = engine_with(fake)
     eng._gate_check()  # first reading: nothing to compare yet
     assert not eng.gate_state.open and "measuring" in eng.gate_state.reason and fake.hz == 50.0
+    eng._sql_pos = (1, 0)
+    eng._gate_check()  # the position to measure from
     for _ in range(2):  # two seconds of its apply rate alone
         fake.add(on_cpu=0.3, disk_read=0.7)
-        eng._gate_applied += 500
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
         eng._gate_check()
     assert eng.gate_state.open and "70% waiting on disk reads" in eng.gate_state.reason
-    assert eng.gate_state.rate_before == 500
+    assert eng.gate_state.rate_before == 500 * 1024
     for _ in range(3):  # a second of grace, two judged: probes ran, the SQL thread went no faster
         fake.add(on_cpu=0.5, disk_read=0.3, cpu_wait=0.2)
         eng.counters.rows_probed += 300
-        eng._gate_applied += 480
+        eng._sql_pos = (1, eng._sql_pos[1] + 480 * 1024)
         eng._gate_check()
     assert not eng.gate_state.open and not eng._enabled
-    assert "500 rows/s before, 480 with probes" in eng.gate_state.reason
+    assert "500 KiB/s of relay log before, 480 KiB/s of relay log with probes" in eng.gate_state.reason
     assert pool.dropped == 1
 
 

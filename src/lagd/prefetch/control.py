@@ -226,6 +226,7 @@ MIN_HEADROOM = 0.5  # idle cores the probes need; below it they take CPU from th
 # gate 3 s into a catch-up whose probes were about to pay.
 CPU_WAIT_SHARE = 0.5
 RAISED = 1.05  # apply rate over this x the rate before prefetch: the probes pay
+LOWERED = 0.9  # read share under this x the share before: the probes help (no rate to judge)
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
 BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to beat
 JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
@@ -242,11 +243,11 @@ class StallWindow:
     cpu_wait_share: float  # queued for a core
     headroom: float | None  # idle cores on the machine over the window, None when unknown
     wall: float = 0.0  # seconds of the window
-    applied: int = 0  # row changes (statements) the SQL thread applied in it
+    applied: int | None = 0  # relay-log bytes the SQL thread applied in it; None: not comparable
 
 
 def stall_window(seconds: dict[str, float], headroom: float | None, wall: float = 0.0,
-                 applied: int = 0) -> StallWindow | None:
+                 applied: int | None = 0) -> StallWindow | None:
     total = sum(seconds.values())
     if total <= 0:
         return None
@@ -260,11 +261,11 @@ def stall_window(seconds: dict[str, float], headroom: float | None, wall: float 
 class Gate:
     """Whether the SQL thread's time says prefetch may run now, and why.
 
-    ``base``: wall seconds and rows applied by the SQL thread alone while its
+    ``base``: wall seconds and relay-log bytes applied by the SQL thread alone while its
     reads were high; at ``BASE_SECONDS`` the gate opens with ``rate_before``
     (and ``baseline``, the read share) as the speed to beat. ``grace``:
     windows the probes get to catch up before they are judged. ``judged``:
-    wall seconds and rows of probing since the last verdict. ``hold``: windows
+    wall seconds and bytes applied while probing since the last verdict. ``hold``: windows
     to stay shut after the probes did not pay (reopening at once would flap
     every second); ``fails``: such verdicts in a row, each doubling the hold.
     """
@@ -286,6 +287,10 @@ GRACE_WINDOWS = 1
 HOLD_WINDOWS = 10
 MAX_HOLD_WINDOWS = 120
 CPU_SHARE = 0.6
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1024:,.0f} KiB/s of relay log"
 
 
 def _hold(fails: int) -> int:
@@ -320,6 +325,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                 return Gate(False, f"SQL thread {pct}% waiting on disk reads, but the CPU is saturated"
                                    f" ({w.headroom:.1f} idle cores): probes would take it from the SQL"
                                    " thread", None, True, fails=gate.fails)
+            if w.applied is None:
+                return gate  # a relay-log file switch: the second's progress is unknown
             base = (gate.base[0] + w.wall, gate.base[1] + w.applied)
             if base[0] < BASE_SECONDS:
                 return Gate(False, f"SQL thread {pct}% waiting on disk reads: measuring its apply rate"
@@ -339,14 +346,21 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                     hold=hold, fails=gate.fails + 1)
     if gate.grace > 0:
         return replace(gate, grace=gate.grace - 1)
-    wall, rows = gate.judged[0] + w.wall, gate.judged[1] + w.applied
+    if w.applied is None:
+        return gate
+    wall, done = gate.judged[0] + w.wall, gate.judged[1] + w.applied
     if wall < JUDGE_SECONDS:
-        return replace(gate, judged=(wall, rows))
-    rate = rows / wall
-    rates = (f"{gate.rate_before:,.0f} rows/s before, {rate:,.0f} with probes;"
+        return replace(gate, judged=(wall, done))
+    rate = done / wall
+    rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate)} with probes;"
              f" reads {round(100 * (gate.baseline or 0.0))}% of its time before, {pct}% now")
-    if rate >= gate.rate_before * RAISED:
+    if rate >= gate.rate_before * RAISED and gate.rate_before > 0:
         return replace(gate, reason=f"probes speed the SQL thread up ({rates})", judged=(0.0, 0), fails=0)
+    if gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
+        # Inside one big transaction the position does not move: the read waits
+        # are all there is to judge by.
+        return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
+                       judged=(0.0, 0), fails=0)
     hold = _hold(gate.fails)
     return Gate(False, f"probes did not speed the SQL thread up ({rates}): backing off for {hold} s",
                 None, True, 0, hold, fails=gate.fails + 1)

@@ -170,7 +170,10 @@ class PrefetchEngine:
         # back off for the whole catch-up.
         self.gate_state = _MEASURING if self.stall is not None else control.UNMEASURED
         self._blind_checks = 0  # gate checks with applier threads known but unreadable
-        self._gate_applied = 0  # rows the SQL thread applied since the last gate check
+        # The SQL thread's relay-log position at the last gate check: its progress in
+        # bytes is its apply rate whether the cursor decoded those events or not
+        # (while the gate is shut nothing is decoded, so rows are not counted).
+        self._gate_pos: tuple[int, int] | None = None
         self._gate_at: float | None = None
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
@@ -466,7 +469,6 @@ class PrefetchEngine:
         applied = self._advance_sql(key, now)
         self._follow_schema(key, moved_back)
         self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
-        self._gate_applied += applied
         if not st.sql_running:
             self.state, self.reason = "paused", "the SQL thread is stopped"
             self._start_probation()
@@ -534,7 +536,11 @@ class PrefetchEngine:
         self._stall_probed = self.counters.rows_probed
         now = self._clock()
         wall = now - self._gate_at if self._gate_at is not None else 0.0
-        applied, self._gate_applied, self._gate_at = self._gate_applied, 0, now
+        pos, last = self._sql_pos, self._gate_pos
+        # A new relay-log file in between: its bytes are not comparable; skip the second.
+        applied = pos[1] - last[1] if pos is not None and last is not None and pos[0] == last[0] \
+            and pos[1] >= last[1] else None
+        self._gate_pos, self._gate_at = pos, now
         if self.state not in ("active", "backed_off"):
             # Caught up, paused or off: the SQL thread sleeps or does not run; the
             # next backlog is measured for a second before probes start. Meanwhile
@@ -556,6 +562,8 @@ class PrefetchEngine:
             return  # the first reading: measured from now on
         span = sum(window.values()) / len(mon.threads)
         w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied)
+        if w is None:
+            return  # no sample in between: nothing new (unmeasured is decided above)
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
         if not self.gate_state.open:
             self._gate_shut_in_window = True

@@ -239,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="grant lagd PROCESS on the replica (without it the stall gate cannot measure)")
     ap.add_argument("--pairs", type=int, default=0,
                     help="instead of --modes: N interleaved cold,prefetch pairs per workload")
+    ap.add_argument("--pair-bases", default="cold",
+                    help=f"with --pairs: the modes each paired with its lagd twin, of {','.join(PF_OF)}")
     ap.add_argument("--changes", type=int, default=50_000)
     ap.add_argument("--workloads", default=",".join(prefetch_setup.WORKLOADS))
     ap.add_argument("--modes", default=DEFAULT_MODES)
@@ -279,7 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     plan = [(w, m) for w in wanted for m in args.modes.split(",") if m]
     if args.pairs:  # cold, prefetch, cold, prefetch, ...: drift on a shared machine hits both alike
-        plan = [(w, m) for w in wanted for _ in range(args.pairs) for m in ("cold", "prefetch")]
+        plan = [(w, m) for w in wanted for base in args.pair_bases.split(",") for _ in range(args.pairs)
+                for m in (base, PF_OF[base])]
     if args.plan:  # "update_pk:cold,prefetch,hot;delete:cold,prefetch"
         plan = [(w, m) for part in args.plan.split(";") for w, _, ms in [part.partition(":")]
                 for m in ms.split(",") if m]
@@ -351,15 +354,22 @@ def _median(xs: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
+PF_OF = {"cold": "prefetch", "parallel": "parallel+pf", "harm_hot": "harm_hot+pf", "harm_32m": "harm_32m+pf"}
+
+
 def pair_ratios(results: list[Run]) -> dict[str, list[tuple[Run, Run]]]:
-    """Each prefetch run paired with the cold run just before it, per workload."""
+    """Each run with lagd paired with the run without it just before it, per workload and
+    mode ("update_pk", "update_pk parallel", "update_pk harm_32m")."""
     pairs: dict[str, list[tuple[Run, Run]]] = {}
-    last_cold: dict[str, Run] = {}
+    last: dict[tuple[str, str], Run] = {}
+    base_of = {pf: base for base, pf in PF_OF.items()}
     for r in results:
-        if r.mode == "cold":
-            last_cold[r.workload] = r
-        elif r.mode == "prefetch" and r.workload in last_cold:
-            pairs.setdefault(r.workload, []).append((last_cold.pop(r.workload), r))
+        if r.mode in PF_OF:
+            last[(r.workload, r.mode)] = r
+        elif r.mode in base_of and (r.workload, base_of[r.mode]) in last:
+            base = base_of[r.mode]
+            name = r.workload if base == "cold" else f"{r.workload} {base}"
+            pairs.setdefault(name, []).append((last.pop((r.workload, base)), r))
     return pairs
 
 

@@ -566,8 +566,11 @@ READ_ONLY_RE = re.compile(r"READ\s+ONLY|\b(tx|transaction)_read_only\s*=\s*(1|ON
 TIMEOUT_RE = re.compile(r"max_statement_time|MAX_EXECUTION_TIME", re.IGNORECASE)
 
 
-def unhardened_sessions(server: Server, since: str) -> dict[int, list[str]]:
-    """lagd's sessions (by thread id) that ran queries without READ ONLY and a statement timeout."""
+STATUS_RE = re.compile(r"^\s*SHOW\s+(ALL\s+)?(SLAVES?|REPLICAS?)\s+STATUS", re.IGNORECASE)
+
+
+def lagd_sessions(server: Server, since: str) -> dict[int, list[str]]:
+    """lagd's sessions (by thread id) and the statements each ran, from the general log."""
     rows = server.query(
         "SELECT thread_id, argument FROM mysql.general_log WHERE user_host LIKE %s "
         "AND command_type IN ('Query', 'Prepare', 'Execute') AND event_time >= %s ORDER BY event_time",
@@ -577,5 +580,10 @@ def unhardened_sessions(server: Server, since: str) -> dict[int, list[str]]:
         arg = r["argument"]
         arg = arg.decode(errors="replace") if isinstance(arg, bytes) else str(arg)
         by_thread.setdefault(int(r["thread_id"]), []).append(arg)
-    return {t: stmts for t, stmts in by_thread.items()
+    return by_thread
+
+
+def unhardened(sessions: dict[int, list[str]]) -> dict[int, list[str]]:
+    """The sessions that ran queries without READ ONLY and a statement timeout."""
+    return {t: stmts for t, stmts in sessions.items()
             if not (any(READ_ONLY_RE.search(s) for s in stmts) and any(TIMEOUT_RE.search(s) for s in stmts))}

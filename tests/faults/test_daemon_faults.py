@@ -19,17 +19,19 @@ from lagd.sandbox.server import free_port
 from tests.faults.faultkit import (
     HB_TABLE,
     LAGCTL,
+    STATUS_RE,
     STOP_BUDGET,
     Checks,
     Lagd,
     assert_nothing_written,
     heartbeat_table,
     lagd_running,
+    lagd_sessions,
     log_lines,
     record,
     replica_now,
     state_of,
-    unhardened_sessions,
+    unhardened,
     wait_idle,
     wait_received,
 )
@@ -368,12 +370,18 @@ def test_every_session_is_read_only_with_a_timeout(fsb: Sandbox, tmp_path: Path,
             fsb.wait_caught_up(timeout=60)
             wait_idle(d)
             time.sleep(1.0)
-        bad = unhardened_sessions(fsb.replica(), since)
+        sessions = lagd_sessions(fsb.replica(), since)
+        bad = unhardened(sessions)
         print(f"sessions without READ ONLY and a statement timeout: {len(bad)}")
         for thread, stmts in list(bad.items())[:6]:
             print(f"  thread {thread}: {[s[:70] for s in stmts[:4]]}")
         check(not bad, f"{len(bad)} lagd session(s) ran queries without READ ONLY and a statement timeout, "
                        f"first statements: {[v[0][:60] for v in list(bad.values())[:4]]}")
+        # The prefetch engine borrows the daemon's status monitor: one session polls the status.
+        pollers = {t: sum(1 for s in stmts if STATUS_RE.match(s)) for t, stmts in sessions.items()}
+        pollers = {t: n for t, n in pollers.items() if n}
+        print(f"sessions polling the replica's status: {len(pollers)} ({sum(pollers.values())} polls)")
+        check(len(pollers) == 1, f"{len(pollers)} lagd sessions polled the replica's status, not one")
         assert_nothing_written(fsb.replica(), since)
     finally:
         fsb.source.query("DROP DATABASE IF EXISTS lagd_hb")

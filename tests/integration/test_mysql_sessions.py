@@ -16,9 +16,10 @@ import pytest
 
 from lagd.cli import doctor
 from lagd.config import load_settings
+from lagd.errors import NotAReplicaError
 from lagd.heartbeat.cli import SourceDsn, source_connect
 from lagd.mysql.endpoint import Endpoint
-from lagd.mysql.monitor import ReplicaMonitor
+from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.mysql.session import BlockingSession, query
 from lagd.prefetch.pool import ProbePool
 from lagd.prefetch.service import information_schema_connect
@@ -70,6 +71,20 @@ def test_monitor(sandbox: Sandbox) -> None:
 
     [view] = asyncio.run(main())
     hardened(view)
+
+
+def test_monitor_of_a_channel_the_replica_does_not_have(sandbox: Sandbox) -> None:
+    async def main() -> Sample:
+        monitor = ReplicaMonitor.of(endpoint(sandbox), "nope")
+        try:
+            return await monitor.poll()
+        finally:
+            await monitor.close()
+
+    sample = asyncio.run(main())
+    assert sample.status is None and sample.error is not None and "no replication channel" in sample.error
+    # The daemon says the fix the fault carries, not one guessed from the words.
+    assert isinstance(sample.fault, NotAReplicaError) and "replica.channel" in (sample.fault.fix or "")
 
 
 def test_information_schema_resolver(sandbox: Sandbox) -> None:

@@ -31,16 +31,22 @@ from lagd.relaylog import Event, RelayPosition, Resynced, TransactionEnd, Transa
 T = TypeVar("T")
 
 WHERE = "replica 127.0.0.1:3306"
-DENIED = f"{WHERE}: Access denied for user 'lagd'@'localhost' (using password: YES) (error 1045)"
+# As lagd.mysql.errors.translate words them.
+DENIED = DatabaseError(f"{WHERE}: Access denied for user 'lagd'@'localhost' (using password: YES)"
+                       " (error 1045)", kind=Kind.AUTH, code=1045, where=WHERE)
+REFUSED = DatabaseError(f"{WHERE}: Can't connect to MySQL server (error 2003)", kind=Kind.UNREACHABLE,
+                        code=2003, where=WHERE)
 
 
 class FakeMonitor:
-    """``mode``: "ok" answers ``status``, "down" fails with ``error``, "hang" never answers."""
+    """``mode``: "ok" answers ``status``, "down" fails with ``fault`` (in ``error``'s words when
+    set), "hang" never answers."""
 
     def __init__(self) -> None:
         self.mode = "ok"
         self.status: ReplicaStatus = replica_status()
-        self.error = f"{WHERE}: Can't connect to MySQL server (error 2003)"
+        self.fault: LagdError | None = REFUSED
+        self.error: str | None = None
         self.flavor: ServerFlavor | None = ServerFlavor.from_version_string("10.11.9-MariaDB")
         self.polls = 0
         self.closed = 0
@@ -51,7 +57,7 @@ class FakeMonitor:
         if self.mode == "hang":
             await asyncio.Event().wait()
         if self.mode == "down":
-            return Sample(time.time(), time.monotonic(), None, self.error)
+            return Sample(time.time(), time.monotonic(), None, self.error or str(self.fault), self.fault)
         return Sample(time.time(), time.monotonic(), self.status)
 
     async def applier_trx(self) -> ApplierTrx | None:

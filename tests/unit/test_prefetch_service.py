@@ -72,3 +72,38 @@ def test_resolver_pauses_after_a_failed_connect() -> None:
     now[0] = 14.9
     r._query("s", "t")
     assert calls == [1, 1]  # the pause grows
+
+
+# ----- the daemon's engine borrows the daemon's status monitor ----------------------------------
+
+
+def test_the_daemon_hands_its_own_status_monitor_to_the_prefetch_factory(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from lagd.config import settings_from_dict  # noqa: PLC0415
+    from lagd.daemon import wiring  # noqa: PLC0415
+
+    given: list[object] = []
+    monkeypatch.setattr(wiring, "prefetch_factory", lambda _e, _s, monitor, _stall: given.append(monitor))
+    parts = wiring.parts(settings_from_dict({}))
+    assert given == [parts.monitor]  # one monitor: the replica is polled on one connection
+
+
+@pytest.mark.asyncio
+async def test_the_daemons_engine_starts_from_the_borrowed_monitor_and_leaves_it_open(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from runtime_fakes import FakeMonitor, FakeSession  # noqa: PLC0415
+
+    from lagd.config import settings_from_dict  # noqa: PLC0415
+    from lagd.daemon import wiring  # noqa: PLC0415
+    from lagd.mysql.endpoint import Endpoint  # noqa: PLC0415
+
+    index = tmp_path / "db2-relay-bin.index"
+    index.write_text("./db2-relay-bin.000007\n")
+    monitor, session = FakeMonitor(), FakeSession()
+    session.fail = None
+    monkeypatch.setattr(wiring, "_pool_bytes", lambda _conn: 1 << 30)
+    build = wiring.prefetch_factory(Endpoint("127.0.0.1", 9, "lagd"), session, monitor)  # type: ignore[arg-type]
+    prefetcher = await build(settings_from_dict({}).prefetch, index, True)
+    assert prefetcher.engine.monitor is monitor and monitor.polls == 1  # where the cursor starts
+    await prefetcher.close()
+    assert monitor.closed == 0  # the daemon's to close

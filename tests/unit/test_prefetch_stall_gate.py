@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -13,29 +14,43 @@ from lagd.prefetch.engine import PrefetchEngine
 
 
 def w(read: float, cpu: float = 0.3, queued: float = 0.0, headroom: float | None = 1.0,
-      seconds: float = 1.0) -> StallWindow:
-    return StallWindow(seconds, read, cpu, queued, headroom)
+      seconds: float = 1.0, rate: float = 1000.0) -> StallWindow:
+    """A second of the SQL thread's time and progress: ``rate`` KiB of relay log applied."""
+    return StallWindow(seconds, read, cpu, queued, headroom, 1.0, int(rate * 1024))
 
 
 SHUT = Gate(False, "x", None, True)
-OPEN = Gate(True, "x", 0.6, True)  # opened at 60% read waits, grace spent
+MEASURING = Gate(False, "x", None, True, base=(1.0, 1000 * 1024))  # a second of the SQL thread alone so far
+# Opened at 60% read waits and 1,000 rows/s, grace spent.
+OPEN = Gate(True, "x", 0.6, True, rate_before=1000.0 * 1024)
+HALF_JUDGED = replace(OPEN, judged=(1.0, 1000 * 1024))
 
 CASES = [
     # (name, gate before, window, prefetching in the window, open after, words in the reason)
     ("unmeasured-defers", SHUT, None, False, True, "not measured"),
     ("too-little-measured-keeps", SHUT, w(0.9, seconds=0.1), False, False, "x"),
-    ("reads-and-room-start", SHUT, w(0.71), False, True, "71% waiting on disk reads, 1.0 idle cores"),
-    ("reads-unknown-headroom-start", SHUT, w(0.5, headroom=None), False, True, "50% waiting on disk reads"),
-    ("reads-no-room-stay-shut", SHUT, w(0.71, headroom=0.2), False, False, "CPU is saturated"),
-    ("cpu-bound-stay-shut", SHUT, w(0.05, cpu=0.88), False, False, "88% on CPU: CPU-bound"),
+    ("reads-first-second-measures-the-rate", SHUT, w(0.71), False, False, "measuring its apply rate"),
+    ("reads-and-room-start", MEASURING, w(0.71), False, True, "71% waiting on disk reads, 1.0 idle cores"),
+    ("reads-unknown-headroom-start", MEASURING, w(0.5, headroom=None), False, True,
+     "50% waiting on disk reads"),
+    ("reads-no-room-stay-shut", MEASURING, w(0.71, headroom=0.2), False, False, "CPU is saturated"),
+    ("cpu-bound-stay-shut", MEASURING, w(0.05, cpu=0.88), False, False, "88% on CPU: CPU-bound"),
     ("other-waits-stay-shut", SHUT, w(0.1, cpu=0.3), False, False, "stall is not reads"),
-    ("grace-window", Gate(True, "x", 0.6, True, grace=1), w(0.6), True, True, "x"),
-    ("probes-lower-reads-keep", OPEN, w(0.3), True, True, "from 60% to 30%"),
-    ("probes-do-not-lower-stop", OPEN, w(0.58), True, False, "did not lower"),
-    ("saturated-stop-at-once", OPEN, w(0.3, headroom=0.1), True, False, "CPU is saturated"),
-    ("sql-thread-queued-stop", OPEN, w(0.3, cpu=0.6, queued=0.3), True, False, "waits for a core 30%"),
-    ("open-without-baseline-measures-one", Gate(True, "x", None, True), w(0.4), True, True, "40%"),
-    ("open-but-not-probing-rebases", OPEN, w(0.4), False, True, "40% waiting on disk reads"),
+    ("grace-window", Gate(True, "x", 0.6, True, grace=1, rate_before=1000.0 * 1024), w(0.6), True, True, "x"),
+    ("one-second-is-not-judged", OPEN, w(0.3, rate=300), True, True, "x"),
+    ("faster-keep", HALF_JUDGED, w(0.3, rate=1400), True, True,
+     "applied 1,000 KiB/s of relay log before, 1,200 KiB/s of relay log with probes"),
+    ("faster-with-less-cpu-keep", HALF_JUDGED, w(0.1, cpu=0.2, rate=1400), True, True, "speed the SQL"),
+    ("reads-fall-but-not-faster-stop", HALF_JUDGED, w(0.3, rate=1000), True, False, "did not speed"),
+    ("probes-do-not-lower-stop", HALF_JUDGED, w(0.58, rate=900), True, False, "reads 60% of its time before"),
+    ("saturated-while-probing-is-judged-by-its-effect", HALF_JUDGED, w(0.2, cpu=0.6, headroom=0.1,
+                                                                       rate=1500), True,
+     True, "speed the SQL thread up"),
+    ("sql-thread-queued-stop", OPEN, w(0.2, cpu=0.8, queued=0.5), True, False, "waits for a core 50%"),
+    ("sql-thread-queued-some-is-judged", HALF_JUDGED, w(0.2, cpu=0.6, queued=0.3, rate=800), True, False,
+     "1,000 KiB/s of relay log before, 900 KiB/s"),
+    ("open-without-baseline-measures", Gate(True, "x", None, True), w(0.4), True, False, "measuring"),
+    ("open-but-not-probing-waits", OPEN, w(0.4, rate=5), False, True, "x"),
 ]
 
 
@@ -48,20 +63,50 @@ def test_stall_gate(before: Gate, window: StallWindow | None, prefetching: bool,
     assert words in after.reason
 
 
-def test_after_probes_did_not_help_the_gate_holds_shut_then_measures_again() -> None:
-    g = stall_gate(OPEN, w(0.6), prefetching=True)
-    assert not g.open and g.hold == control.HOLD_WINDOWS
+def test_after_probes_did_not_pay_the_gate_holds_shut_longer_each_time_then_measures_again() -> None:
+    g = stall_gate(HALF_JUDGED, w(0.6), prefetching=True)
+    assert not g.open and g.hold == control.HOLD_WINDOWS and g.fails == 1
     for _ in range(control.HOLD_WINDOWS):
         g = stall_gate(g, w(0.7), prefetching=False)  # reads are high, but it just failed
         assert not g.open
-    g = stall_gate(g, w(0.7), prefetching=False)
-    assert g.open and g.baseline == 0.7 and g.grace == control.GRACE_WINDOWS
+    g = stall_gate(g, w(0.7, rate=700), prefetching=False)
+    g = stall_gate(g, w(0.7, rate=900), prefetching=False)
+    assert g.open and g.baseline == 0.7 and g.rate_before == 800 * 1024 and g.grace == control.GRACE_WINDOWS
+    g = stall_gate(replace(g, grace=0, judged=(1.0, 800 * 1024)), w(0.7, rate=800), prefetching=True)
+    assert not g.open and g.hold == 2 * control.HOLD_WINDOWS and g.fails == 2  # failed again: twice as long
+    many = replace(HALF_JUDGED, fails=30)
+    assert stall_gate(many, w(0.6), prefetching=True).hold == control.MAX_HOLD_WINDOWS
 
 
-def test_saturation_while_probing_holds_the_gate_shut_a_few_seconds() -> None:
-    g = stall_gate(OPEN, w(0.5, headroom=0.2), prefetching=True)
-    assert not g.open and g.hold == control.SATURATED_HOLD
-    shut_alone = stall_gate(SHUT, w(0.5, headroom=0.2), prefetching=False)
+def test_a_verdict_that_pays_forgets_the_failures() -> None:
+    g = stall_gate(replace(HALF_JUDGED, fails=3), w(0.2, rate=2000), prefetching=True)
+    assert g.open and g.fails == 0 and g.judged == (0.0, 0)
+
+
+def test_the_apply_rate_before_is_measured_over_two_seconds_of_high_reads() -> None:
+    g = stall_gate(SHUT, w(0.6, rate=500), prefetching=False)
+    g = stall_gate(g, w(0.1, rate=5000), prefetching=False)  # reads low: start again
+    assert not g.open and g.base == (0.0, 0)
+    g = stall_gate(g, w(0.6, rate=500), prefetching=False)
+    g = stall_gate(g, w(0.6, rate=700), prefetching=False)
+    assert g.open and g.rate_before == 600 * 1024
+
+
+def test_a_window_across_relay_log_files_is_skipped() -> None:
+    across = replace(w(0.6), applied=None)
+    assert stall_gate(MEASURING, across, prefetching=False) == MEASURING
+    assert stall_gate(HALF_JUDGED, across, prefetching=True) == HALF_JUDGED
+
+
+@pytest.mark.parametrize(("read_now", "open_"), [(0.3, True), (0.58, False)])
+def test_inside_one_big_transaction_the_read_waits_judge(read_now: float, open_: bool) -> None:
+    """The SQL thread's position stands still until the transaction commits."""
+    stuck = replace(OPEN, rate_before=0.0, judged=(1.0, 0))
+    assert stall_gate(stuck, w(read_now, rate=0), prefetching=True).open is open_
+
+
+def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
+    shut_alone = stall_gate(MEASURING, w(0.5, headroom=0.2), prefetching=False)
     assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second
 
 
@@ -77,10 +122,17 @@ def test_stall_window_shares() -> None:
 class FakeStall:
     """Stands in for stall.StallMonitor: cumulative seconds set by the test."""
 
-    def __init__(self, threads: tuple[int, ...] = (7,)) -> None:
+    def __init__(self, threads: tuple[int, ...] = (7,), wanted: tuple[int, ...] | None = None,
+                 looked: bool = True) -> None:
         self.threads = threads
+        self.wanted = threads if wanted is None else wanted
+        self.looked = looked
+        self.hz = 5.0
         self.seconds = dict.fromkeys(("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait"), 0.0)
         self.headroom: float | None = 1.0
+
+    def headroom_over(self, span: float) -> float | None:
+        return self.headroom
 
     def totals(self) -> dict[str, float]:
         return dict(self.seconds)
@@ -104,25 +156,49 @@ def engine_with(fake: FakeStall) -> tuple[PrefetchEngine, FakePool]:
     limits = control.limits_for(10, 1000, 64 << 20, 30.0, 256 << 20, 0.25)
     tuning = control.Tuning(10, 1000, 4, 8, adaptive=True)
     pool = FakePool()
+    clock = iter(range(10**6))  # each gate check a second after the last
     eng = PrefetchEngine(None, None, pool, None, limits, tuning,  # type: ignore[arg-type]
-                         stall_monitor=fake)  # type: ignore[arg-type]
+                         stall_monitor=fake, clock=lambda: float(next(clock)))  # type: ignore[arg-type]
     eng.state = "active"
     return eng, pool
 
 
-def test_the_engine_opens_on_reads_and_shuts_when_cpu_bound() -> None:
+def test_the_engine_opens_on_reads_and_shuts_when_probes_do_not_pay() -> None:
     fake = FakeStall()
     eng, pool = engine_with(fake)
     eng._gate_check()  # first reading: nothing to compare yet
-    assert eng.gate_state.open  # unmeasured: the slow comparison decides
-    fake.add(on_cpu=0.3, disk_read=0.7)
-    eng._gate_check()
+    assert not eng.gate_state.open and "measuring" in eng.gate_state.reason and fake.hz == 50.0
+    eng._sql_pos = (1, 0)
+    eng._gate_check()  # the position to measure from
+    for _ in range(2):  # two seconds of its apply rate alone
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
     assert eng.gate_state.open and "70% waiting on disk reads" in eng.gate_state.reason
-    fake.headroom = 0.1
-    fake.add(on_cpu=0.7, disk_read=0.3)
-    eng._gate_check()
+    assert eng.gate_state.rate_before == 500 * 1024
+    for _ in range(3):  # a second of grace, two judged: probes ran, the SQL thread went no faster
+        fake.add(on_cpu=0.5, disk_read=0.3, cpu_wait=0.2)
+        eng.counters.rows_probed += 300
+        eng._sql_pos = (1, eng._sql_pos[1] + 480 * 1024)
+        eng._gate_check()
     assert not eng.gate_state.open and not eng._enabled
+    assert "500 KiB/s of relay log before, 480 KiB/s of relay log with probes" in eng.gate_state.reason
     assert pool.dropped == 1
+
+
+@pytest.mark.parametrize(("fake", "measuring_checks"), [
+    (FakeStall(threads=(), wanted=(), looked=False), 99),  # not looked for yet: no probes meanwhile
+    (FakeStall(threads=(), wanted=(7,)), 3),  # found, but /proc hides it: a few seconds, then go on
+])
+def test_threads_not_measured_yet_keep_the_gate_shut(fake: FakeStall, measuring_checks: int) -> None:
+    eng, _ = engine_with(fake)
+    shut = 0
+    for _ in range(10):
+        fake.add(on_cpu=1.0)
+        eng._gate_check()
+        shut += not eng.gate_state.open
+    assert shut == min(10, measuring_checks)
+    assert eng.gate_state.open is (measuring_checks < 10)
 
 
 def test_without_visible_threads_the_gate_stays_open() -> None:
@@ -157,3 +233,49 @@ def test_applier_threads_are_found_through_the_flavor_that_answers() -> None:
     assert [("PROCESSLIST" in q) for q in mon.asked] == [True, False, False]  # the MySQL way, remembered
     eng._sample = SimpleNamespace(status=SimpleNamespace(sql_running=False))  # type: ignore[assignment]
     assert asyncio.run(eng._appliers()) == ()
+
+
+# ----- the quick check beside the gate ----------------------------------------------------
+
+class ReadsMonitor:
+    """Innodb_buffer_pool_reads as the test sets it."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    async def global_status(self, *names: str) -> dict[str, int]:
+        return {"Innodb_buffer_pool_reads": self.reads}
+
+
+def quick(eng: PrefetchEngine, mon: ReadsMonitor, *, probed: int, reads: int) -> None:
+    eng.counters.rows_done += probed
+    mon.reads += reads
+    asyncio.run(eng._quick_check(0.0))
+
+
+@pytest.mark.parametrize(("measured", "backs_off"), [(False, True), (True, False)])
+def test_reads_beyond_probed_keys_shorten_the_lead_only_where_the_gate_cannot_judge(
+        measured: bool, backs_off: bool) -> None:
+    eng, _ = engine_with(FakeStall())
+    mon = ReadsMonitor()
+    eng.monitor = mon  # type: ignore[assignment]
+    eng.gate_state = control.Gate(True, "x", 0.5, measured, rate_before=1000.0)
+    target = eng.ctl.target_transactions
+    quick(eng, mon, probed=1, reads=0)  # the baseline
+    quick(eng, mon, probed=1500, reads=3000)  # the SQL thread's own reads beside the probes'
+    assert (eng.ctl.target_transactions < target) is backs_off
+
+
+def test_reads_while_the_gate_was_shut_are_not_counted_against_the_probes() -> None:
+    eng, _ = engine_with(FakeStall())
+    mon = ReadsMonitor()
+    eng.monitor = mon  # type: ignore[assignment]
+    target = eng.ctl.target_transactions
+    quick(eng, mon, probed=1, reads=0)
+    eng.gate_state = control.Gate(False, "shut", None, False)
+    for _ in range(5):  # five seconds of the SQL thread alone, reading
+        quick(eng, mon, probed=0, reads=2000)
+    eng.gate_state = control.UNMEASURED
+    quick(eng, mon, probed=0, reads=0)  # open again: a fresh baseline
+    quick(eng, mon, probed=1200, reads=1300)
+    assert eng.ctl.target_transactions == target and eng.ctl.enabled

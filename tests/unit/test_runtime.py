@@ -15,13 +15,26 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from runtime_fakes import DENIED, WHERE, FakeParts, at, runtime, settings, transaction
+from runtime_fakes import (
+    DENIED,
+    REFUSED,
+    WHERE,
+    FakeParts,
+    FakePrefetcher,
+    at,
+    runtime,
+    settings,
+    transaction,
+)
 
+from lagd.config import PrefetchSettings
+from lagd.daemon.collect import HUNG_FIX
 from lagd.daemon.http import readiness
 from lagd.daemon.main import STOP_BUDGET
 from lagd.daemon.runtime import Prefetcher, Runtime, counted_down, overdue, restart_reason, withhold
-from lagd.errors import LagdError
+from lagd.errors import LagdError, NotAReplicaError
 from lagd.lag import LagMethod, ReplicaState
+from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.replica import IoState
 from lagd.relaylog import Event, RelayLogError, Resynced
 
@@ -69,7 +82,7 @@ async def test_stop_within_budget(where: str) -> None:
     if where == "unreachable":
         f.monitor.mode = "down"
     elif where == "wrong_password":
-        f.monitor.mode, f.monitor.error = "down", DENIED
+        f.monitor.mode, f.monitor.fault = "down", DENIED
     elif where == "hung":
         f.monitor.mode, f.session.hang, f.heartbeat.hang = "hang", True, True
     elif where == "relay_unreadable":
@@ -155,7 +168,7 @@ async def test_a_hung_heartbeat_read_is_marked_not_served(caplog: pytest.LogCapt
 @pytest.mark.asyncio
 async def test_a_fault_is_logged_once_with_its_fix_then_its_end(caplog: pytest.LogCaptureFixture) -> None:
     rt, f = runtime()
-    f.monitor.mode, f.monitor.error = "down", DENIED
+    f.monitor.mode, f.monitor.fault = "down", DENIED
     caplog.set_level(logging.INFO, logger="lagd")
     for _ in range(5):
         await rt.poll_once()
@@ -168,6 +181,42 @@ async def test_a_fault_is_logged_once_with_its_fix_then_its_end(caplog: pytest.L
     await rt.poll_once()
     assert any("recovered after" in r.getMessage() for r in caplog.records)
     assert rt.health["replica_status"].up
+
+
+def _fault(message: str, kind: Kind, code: int) -> DatabaseError:
+    return DatabaseError(f"{WHERE}: {message} (error {code})", kind=kind, code=code, where=WHERE)
+
+
+# (what happened, the monitor's fault: None answers nothing, "hang" never answers; words in the fix)
+STATUS_FAULTS = [
+    ("wrong_password", DENIED, "check replica.user and the password"),
+    ("not_running", REFUSED, "check that the server runs and replica.host/port/socket"),
+    ("restarting", _fault("Lost connection to server during query", Kind.LOST, 2013), "reconnects by itself"),
+    # "Access denied" in the words, but a grant is missing, not the password wrong.
+    ("missing_grant", _fault("Access denied; you need (at least one of) the SLAVE MONITOR privilege(s)",
+                             Kind.DENIED, 1227), "grant the lagd account"),
+    ("no_such_channel", NotAReplicaError(f"{WHERE}: no replication channel 'x'", fix="check replica.channel"),
+     "replica.channel"),
+    ("hung", "hang", HUNG_FIX),
+    ("unreadable_status_row", None, None),
+]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("what", "fault", "fix"), STATUS_FAULTS, ids=[c[0] for c in STATUS_FAULTS])
+async def test_a_failed_status_is_said_with_its_faults_own_fix(what: str, fault: object,
+                                                               fix: str | None) -> None:
+    rt, f = runtime()
+    if fault == "hang":
+        f.monitor.mode = "hang"
+    else:
+        f.monitor.mode = "down"
+        f.monitor.fault = fault  # type: ignore[assignment]
+        f.monitor.error = None if fault is not None else f"{WHERE}: a status row lagd cannot read"
+    await rt.poll_once()
+    h = rt.health["replica_status"]
+    assert not h.up and h.reason.startswith(WHERE)
+    assert (h.fix is None) if fix is None else (h.fix is not None and fix in h.fix), h.fix
 
 
 # ----- after a restart nothing is published until it is known again --------------------------
@@ -339,6 +388,30 @@ async def test_a_failing_prefetcher_leaves_the_look_ahead_running() -> None:
     await stop_within_budget(rt)
 
 
+@pytest.mark.asyncio
+async def test_a_failing_prefetcher_is_closed_and_built_again(caplog: pytest.LogCaptureFixture) -> None:
+    rt, _ = runtime(settings(prefetch={"enabled": True}))
+    rt.relay_retry = 0.02
+    built: list[FakePrefetcher] = []
+
+    class Crashing(FakePrefetcher):
+        async def run(self, stop: asyncio.Event) -> None:
+            raise RuntimeError("prefetch bug")
+
+    async def make(p: PrefetchSettings, index: Path, mariadb: bool) -> Prefetcher:
+        built.append(Crashing(p))
+        return built[-1]
+
+    rt.parts.prefetch = make
+    caplog.set_level(logging.ERROR, logger="lagd")
+    await running(rt)
+    await until(lambda: len(built) >= 3, "three prefetchers")
+    assert all(p.closed for p in built[:2]) and rt._backlog_known()
+    assert not rt.health["prefetch"].up and rt.health["prefetch"].reason == "prefetch bug"
+    assert any(r.getMessage() == "prefetch: unexpected failure" and r.exc_info for r in caplog.records)
+    await stop_within_budget(rt)
+
+
 def test_fakes_are_not_a_database() -> None:
     # The runtime module itself talks to nothing: no driver, no files.
     import lagd.daemon.runtime as mod  # noqa: PLC0415
@@ -381,7 +454,7 @@ async def test_collect_reads_the_heartbeat_of_the_source_it_replicates_from() ->
     assert hb.calls[-1] == ("percona.heartbeat", 9)
     got = await collect(mon, hb, where=WHERE, timeout=1.0)  # no table: not read, not an error
     assert got.heartbeat is None and got.heartbeat_error is None and len(hb.calls) == 2
-    mon.mode, mon.error = "down", "OperationalError: (2013, 'Lost connection')"
+    mon.mode, mon.error, mon.fault = "down", "OperationalError: (2013, 'Lost connection')", None
     got = await collect(mon, hb, where=WHERE, timeout=1.0, heartbeat_table="percona.heartbeat")
     assert got.status_error == f"{WHERE}: OperationalError: (2013, 'Lost connection')"  # named once
     assert got.heartbeat_error == f"not read: {got.status_error}" and len(hb.calls) == 2

@@ -17,9 +17,12 @@ from typing import Protocol
 from lagd.errors import LagdError
 from lagd.heartbeat import HeartbeatRow
 from lagd.lag import Backlog, LagInputs
+from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.monitor import Sample
 from lagd.mysql.progress import ApplierTrx
 from lagd.mysql.replica import ReplicaStatus, ServerFlavor
+
+HUNG_FIX = "the server hangs or is overloaded: check it (SHOW PROCESSLIST, its error log)"
 
 
 class StatusMonitor(Protocol):
@@ -54,6 +57,7 @@ class ReplicaReading:
     heartbeat: HeartbeatRow | None
     heartbeat_error: str | None  # None with heartbeat None: not configured
     flavor: ServerFlavor | None = None  # as far as the monitor knows it
+    fault: LagdError | None = None  # why status is None, with its fix, when that is known
 
     def inputs(self, backlog: Backlog | None = None, *, applied_transactions: int = 0,
                applied_rows: int = 0, trust_sbm: bool = True, inside_big: bool = False,
@@ -81,14 +85,17 @@ async def collect(monitor: StatusMonitor, heartbeat: HeartbeatSource | None, *, 
         sample = await asyncio.wait_for(monitor.poll(), timeout)
     except TimeoutError:
         await monitor.close()  # a hung connection is not reused; the next poll reconnects
-        sample = Sample(time.time(), time.monotonic(), None, f"{where} did not answer in {timeout:g} s")
+        hung = DatabaseError(f"{where} did not answer in {timeout:g} s", kind=Kind.LOST, where=where,
+                             fix=HUNG_FIX)
+        sample = Sample(time.time(), time.monotonic(), None, hung.message, hung)
     status = sample.status
     error = named(sample.error, where) if sample.error else None
     if status is None:
         if error is None:
             error = f"{where}: no replica status"
         unread = f"not read: {error}" if heartbeat_table else None
-        return ReplicaReading(sample.wall, sample.mono, None, error, None, unread, monitor.flavor)
+        return ReplicaReading(sample.wall, sample.mono, None, error, None, unread, monitor.flavor,
+                              sample.fault)
     if not heartbeat_table or heartbeat is None:
         return ReplicaReading(sample.wall, sample.mono, status, None, None, None, monitor.flavor)
     server_id = heartbeat_server_id or status.source_server_id or None

@@ -371,7 +371,10 @@ class Runtime:
         self.reading = cur
         st = self.health["replica_status"]
         if cur.status is None:
-            st.fail(t0, cur.status_error or f"{self.where}: no replica status", self._status_fix(cur))
+            # The fix the fault carries: guessed from its words, a missing grant ("Access denied;
+            # you need ... privilege") was told to check the password.
+            fix = cur.fault.fix if cur.fault is not None else None
+            st.fail(t0, cur.status_error or f"{self.where}: no replica status", fix)
             self._unsettle(cur.status_error or "no replica status")
         else:
             st.ok(t0)
@@ -439,18 +442,6 @@ class Runtime:
                 await stall.refresh(st.sql_running, bool(flavor and flavor.is_mariadb))
             await self._sleep(0.25)  # refresh asks the server only when due or the SQL thread changed
 
-    def _status_fix(self, cur: ReplicaReading) -> str | None:
-        err = cur.status_error or ""
-        if "did not answer" in err:
-            return "the server hangs or is overloaded: check it (SHOW PROCESSLIST, its error log)"
-        if "Access denied" in err or "1045" in err:
-            return "check replica.user and the password (replica.password_file) against the server's account"
-        if "Can't connect" in err or "(error 2002)" in err or "(error 2003)" in err or "2003," in err:
-            return "check that the server runs, and replica.host/port/socket in the config"
-        if "no replication channel" in err:
-            return "check replica.channel, or set up replication on this server"
-        return None
-
     def _heartbeat_health(self, cur: ReplicaReading) -> None:
         h = self.health["heartbeat"]
         if not self.settings.lag.heartbeat_table:
@@ -493,24 +484,33 @@ class Runtime:
 
     async def _relay_loop(self) -> None:
         """Find the relay log, then run the look-ahead reader and the prefetcher; retry on trouble."""
-        h = self.health["relay_log"]
+        def failed(e: Exception) -> None:
+            self.tail_off = str(e)
+            if self.settings.prefetch.enabled:
+                self.prefetch_off = f"waits for the relay log: {e}"
+                self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
+
+        await self._supervise("relay_log", self._relay_once, failed, self._close_relay)
+
+    async def _supervise(self, health: str, once: Callable[[], Awaitable[None]],
+                         failed: Callable[[Exception], None], close: Callable[[], Awaitable[None]]) -> None:
+        """Run ``once`` until stopped; after each end ``close``, and after a failure say why
+        (``health``, once per cause), tell ``failed`` and try again on the backoff."""
+        h = self.health[health]
         attempt = 0
         while not self._stop.is_set():
             began = self.clock.mono()
             try:
-                await self._relay_once()
+                await once()
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a subsystem never dies: say why, try again
-                self.tail_off = str(e)
                 h.failed(None, e)
                 if not isinstance(e, LagdError | RelayLogError | OSError):
-                    log.error("relay log: unexpected failure", exc_info=e)
-                if self.settings.prefetch.enabled:
-                    self.prefetch_off = f"waits for the relay log: {e}"
-                    self.health["prefetch"].fail(None, self.prefetch_off, level=logging.DEBUG)
+                    log.error("%s: unexpected failure", health.replace("_", " "), exc_info=e)
+                failed(e)
             finally:
-                await self._close_relay()
+                await close()
             attempt = 0 if self.clock.mono() - began > RETRY_RESET else attempt + 1
             await self._retry(attempt)
 
@@ -525,6 +525,9 @@ class Runtime:
         if reader is not None:
             with contextlib.suppress(Exception):
                 reader.close()
+        await self._close_prefetcher()
+
+    async def _close_prefetcher(self) -> None:
         p, self.prefetcher = self.prefetcher, None
         if p is not None:
             with contextlib.suppress(Exception):
@@ -598,29 +601,17 @@ class Runtime:
 
     async def _prefetch_loop(self, index: Path) -> None:
         """Build and run the prefetcher; on failure say why and build it again (the tail reads on)."""
-        h = self.health["prefetch"]
-        attempt = 0
-        while not self._stop.is_set():
-            began = self.clock.mono()
+        async def once() -> None:
             mariadb = bool(self.parts.monitor.flavor and self.parts.monitor.flavor.is_mariadb)
-            try:
-                self.prefetcher = await self.parts.prefetch(self.settings.prefetch, index, mariadb)
-                self.prefetch_off = None
-                h.ok(self.clock.mono())
-                await self.prefetcher.run(self._stop)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # a subsystem never dies: say why, try again
-                self.prefetch_off = str(e)
-                h.failed(None, e)
-                if not isinstance(e, LagdError | RelayLogError | OSError):
-                    log.error("prefetch: unexpected failure", exc_info=e)
-            p, self.prefetcher = self.prefetcher, None
-            if p is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(p.close(), 1.0)
-            attempt = 0 if self.clock.mono() - began > RETRY_RESET else attempt + 1
-            await self._retry(attempt)
+            self.prefetcher = await self.parts.prefetch(self.settings.prefetch, index, mariadb)
+            self.prefetch_off = None
+            self.health["prefetch"].ok(self.clock.mono())
+            await self.prefetcher.run(self._stop)
+
+        def failed(e: Exception) -> None:
+            self.prefetch_off = str(e)
+
+        await self._supervise("prefetch", once, failed, self._close_prefetcher)
 
     # ----- advisor --------------------------------------------------------
 

@@ -130,7 +130,7 @@ class EnginePrefetcher:
         return self.engine.gate_state.open, self.engine.gate_state.reason
 
     async def close(self) -> None:
-        await self.engine.monitor.close()
+        pass  # the engine's run closed its pool; the monitor is the daemon's
 
 
 def _pool_bytes(conn: Any) -> int:
@@ -141,7 +141,7 @@ def _pool_bytes(conn: Any) -> int:
     return int(value or 128 << 20)
 
 
-def prefetch_factory(endpoint: Endpoint, session: BlockingSession,
+def prefetch_factory(endpoint: Endpoint, session: BlockingSession, monitor: ReplicaMonitor,
                      stall_monitor: StallMonitor | None = None) -> Any:
     async def build(p: PrefetchSettings, index: Path, mariadb: bool) -> Prefetcher:
         pool_bytes = await session.run(_pool_bytes)
@@ -149,7 +149,8 @@ def prefetch_factory(endpoint: Endpoint, session: BlockingSession,
             endpoint, prefetch_options(p),
             lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe, schemas=o.schemas,
                                    exclude_schemas=o.exclude_schemas),
-            index=index, mariadb=mariadb, pool_bytes=pool_bytes, stall_monitor=stall_monitor)
+            index=index, mariadb=mariadb, pool_bytes=pool_bytes, stall_monitor=stall_monitor,
+            monitor=monitor)
         return EnginePrefetcher(engine, pool_bytes)
     return build
 
@@ -157,14 +158,16 @@ def prefetch_factory(endpoint: Endpoint, session: BlockingSession,
 def parts(settings: Settings) -> Parts:
     endpoint = endpoint_of(settings)
     session = BlockingSession(endpoint)
-    # One stall monitor for the daemon's life; the engine borrows it while it runs.
+    # One status monitor and one stall monitor for the daemon's life; the engine
+    # borrows both while it runs, so the replica is polled on one connection.
+    monitor = ReplicaMonitor.of(endpoint, settings.replica.channel)
     stall = ProcStall(lambda sql: session.run(lambda c: sqlthread.rows(c, sql)), settings.replica.user)
     return Parts(
-        monitor=ReplicaMonitor.of(endpoint, settings.replica.channel),
+        monitor=monitor,
         session=session,
         heartbeat=SessionHeartbeat(heartbeat_session(endpoint, settings)),
         relay=FileRelay(session),
-        prefetch=prefetch_factory(endpoint, session, stall.monitor),
+        prefetch=prefetch_factory(endpoint, session, monitor, stall.monitor),
         advisor=AdvisorRuntime(settings.advisor), stall=stall)
 
 
@@ -185,7 +188,7 @@ async def read_replica(settings: Settings) -> ReplicaReading:
     try:
         endpoint = endpoint_of(settings)
     except LagdError as e:
-        return ReplicaReading(time.time(), time.monotonic(), None, f"{where}: {e}", None, None)
+        return ReplicaReading(time.time(), time.monotonic(), None, f"{where}: {e}", None, None, fault=e)
     monitor = ReplicaMonitor.of(endpoint, r.channel)
     hb = SessionHeartbeat(heartbeat_session(endpoint, settings))
     try:

@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from lagd.errors import LagdError, NotAReplicaError
 from lagd.mysql.backoff import Retry
 from lagd.mysql.endpoint import Endpoint, hardening_sql
 from lagd.mysql.errors import DatabaseError, Kind, is_database_error, translate
@@ -40,7 +41,9 @@ class Sample:
     mono: float
     status: ReplicaStatus | None  # None: not a replica / no such channel / the server could not be asked
     error: str | None = None  # why status is None
-    fault: DatabaseError | None = None  # set when the server could not be asked (kind, code, fix)
+    # Why status is None with its fix: a DatabaseError (kind, code) when the server could not
+    # be asked, NotAReplicaError when it has no such channel, the parse error of a row lagd cannot read.
+    fault: LagdError | None = None
 
 
 class ReplicaMonitor:
@@ -51,7 +54,7 @@ class ReplicaMonitor:
                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep, *,
                  where: str = "replica", read_timeout: float = 3.0, statement_timeout: float = 2.0,
                  connect_timeout: float = 5.0, retry: Retry | None = None,
-                 clock: Callable[[], float] = time.monotonic, quiet: bool = False) -> None:
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self._connect = connect
         self.channel = channel
         self._sleep = sleep
@@ -69,11 +72,7 @@ class ReplicaMonitor:
         self.failures = 0
         self.reconnects = 0
         self._ever_connected = False
-        # quiet: someone else speaks for this server (the daemon's health log, or
-        # the daemon's own monitor when this one is the prefetch engine's), so a
-        # fault is one log line, not one per connection that noticed it.
-        self.failure_log = FailureLog(log, where, clock=clock,
-                                      level=logging.DEBUG if quiet else logging.WARNING)
+        self.failure_log = FailureLog(log, where, clock=clock)
         self._lock = asyncio.Lock()  # one statement at a time on the one connection
 
     @classmethod
@@ -171,14 +170,18 @@ class ReplicaMonitor:
                 assert self.flavor is not None
                 rows = await self._statement(self.flavor.replica_status_statement)
             status = self._pick(rows)
-            sample = Sample(wall, mono, status,
-                            None if status else f"{self.where}: no replication channel {self.channel!r}")
+            if status is not None:
+                sample = Sample(wall, mono, status)
+            else:
+                missing = f"{self.where}: no replication channel {self.channel!r}"
+                sample = Sample(wall, mono, None, missing, NotAReplicaError(
+                    missing, fix="check replica.channel, or set up replication on this server"))
         except DatabaseError as e:
             self.failures += 1
             sample = Sample(wall, mono, None, str(e), e)
         except Exception as e:  # a status row lagd cannot read: say so, keep polling
             self.failures += 1
-            sample = Sample(wall, mono, None, f"{self.where}: {e}")
+            sample = Sample(wall, mono, None, f"{self.where}: {e}", e if isinstance(e, LagdError) else None)
         self.latest = sample
         return sample
 

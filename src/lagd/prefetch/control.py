@@ -220,39 +220,54 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 
 READ_SHARE = 0.25  # of the applier's time waiting on disk reads: pages to warm
 MIN_HEADROOM = 0.5  # idle cores the probes need; below it they take CPU from the SQL thread
-CPU_WAIT_SHARE = 0.25  # the SQL thread queued for a core this much: the machine is saturated
-LOWERED = 0.9  # read share under this x the share before prefetch: the probes help
+# The SQL thread queued for a core this much: stop without waiting for the verdict.
+# Milder queueing is judged by its effect on the apply rate: cold catch-ups on a
+# shared 2-core machine queue it 11-18% without any probe, and a fixed 25% shut the
+# gate 3 s into a catch-up whose probes were about to pay.
+CPU_WAIT_SHARE = 0.5
+RAISED = 1.05  # apply rate over this x the rate before prefetch: the probes pay
+LOWERED = 0.9  # read share under this x the share before: the probes help (no rate to judge)
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
+BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to beat
+JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
 
 
 @dataclass(frozen=True, slots=True)
 class StallWindow:
-    """About a second of the applier threads' time (stall.py's states, summed)."""
+    """About a second of the applier threads' time (stall.py's states, summed) and of
+    their progress."""
 
     seconds: float  # applier-seconds measured
     read_share: float
     cpu_share: float  # on CPU plus queued for a core
     cpu_wait_share: float  # queued for a core
-    headroom: float | None  # idle cores on the machine, None when unknown
+    headroom: float | None  # idle cores on the machine over the window, None when unknown
+    wall: float = 0.0  # seconds of the window
+    applied: int | None = 0  # relay-log bytes the SQL thread applied in it; None: not comparable
 
 
-def stall_window(seconds: dict[str, float], headroom: float | None) -> StallWindow | None:
+def stall_window(seconds: dict[str, float], headroom: float | None, wall: float = 0.0,
+                 applied: int | None = 0) -> StallWindow | None:
     total = sum(seconds.values())
     if total <= 0:
         return None
     def share(*names: str) -> float:
         return sum(seconds.get(n, 0.0) for n in names) / total
-    return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom)
+    return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom,
+                       wall, applied)
 
 
 @dataclass(frozen=True, slots=True)
 class Gate:
     """Whether the SQL thread's time says prefetch may run now, and why.
 
-    ``baseline``: the read share measured without prefetch when the gate opened;
-    the probes must lower it to stay. ``grace``: windows the probes get to
-    catch up before they are judged. ``hold``: windows to stay shut after the
-    probes did not help (reopening at once would flap every second).
+    ``base``: wall seconds and relay-log bytes applied by the SQL thread alone while its
+    reads were high; at ``BASE_SECONDS`` the gate opens with ``rate_before``
+    (and ``baseline``, the read share) as the speed to beat. ``grace``:
+    windows the probes get to catch up before they are judged. ``judged``:
+    wall seconds and bytes applied while probing since the last verdict. ``hold``: windows
+    to stay shut after the probes did not pay (reopening at once would flap
+    every second); ``fails``: such verdicts in a row, each doubling the hold.
     """
 
     open: bool
@@ -261,55 +276,91 @@ class Gate:
     measured: bool = False  # the last verdict came from a measurement
     grace: int = 0
     hold: int = 0
+    rate_before: float | None = None
+    base: tuple[float, int] = (0.0, 0)
+    judged: tuple[float, int] = (0.0, 0)
+    fails: int = 0
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
 GRACE_WINDOWS = 1
 HOLD_WINDOWS = 10
-SATURATED_HOLD = 3
+MAX_HOLD_WINDOWS = 120
 CPU_SHARE = 0.6
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1024:,.0f} KiB/s of relay log"
+
+
+def _hold(fails: int) -> int:
+    return min(MAX_HOLD_WINDOWS, HOLD_WINDOWS << min(fails, 8))
 
 
 def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     """The verdict after about a second of the applier's time. Pure.
 
     Prefetch starts only while the SQL thread spends a real share of its time
-    waiting on reads and the machine has cores to spare; it stays only while
-    the probes lower that share; it stops at once when the CPU is saturated or
-    the stall is not reads. ``prefetching``: probes ran in the window (a shut
-    gate measures the SQL thread alone: the baseline).
+    waiting on reads and the machine has cores to spare, after two seconds of
+    its apply rate alone. It stays only while the apply rate with probes beats
+    that: every way probes fail shows there (pages evicted before use, probes
+    taking the SQL thread's CPU, probes making it wait for free pages or
+    latches), and the SQL thread's own shares cannot tell: with warm pages it
+    also spends less CPU a row (no page read-in, checksum or eviction), so a
+    faster SQL thread can show a smaller on-CPU share. ``prefetching``: probes
+    ran in the window.
     """
     if w is None:
         return UNMEASURED
     if w.seconds < MIN_MEASURED:
         return gate
     pct = round(100 * w.read_share)
-    if w.headroom is not None and w.headroom < MIN_HEADROOM:
-        # Saturated while probing: the probes are part of the load; stay off a few
-        # seconds rather than flap on and off every second.
-        hold = SATURATED_HOLD if gate.open and prefetching else max(0, gate.hold - 1)
-        return Gate(False, f"the CPU is saturated ({w.headroom:.1f} idle cores): probes would take it"
-                           " from the SQL thread", None, True, 0, hold)
     if gate.hold > 0:
         return replace(gate, hold=gate.hold - 1)
-    if not gate.open or not prefetching or gate.baseline is None:
+    if gate.open and gate.rate_before is not None and not prefetching:
+        return gate  # no probes this second (lead full, a comparison window): nothing to judge
+    if not gate.open or gate.rate_before is None:
         if w.read_share >= READ_SHARE:
+            if w.headroom is not None and w.headroom < MIN_HEADROOM:
+                return Gate(False, f"SQL thread {pct}% waiting on disk reads, but the CPU is saturated"
+                                   f" ({w.headroom:.1f} idle cores): probes would take it from the SQL"
+                                   " thread", None, True, fails=gate.fails)
+            if w.applied is None:
+                return gate  # a relay-log file switch: the second's progress is unknown
+            base = (gate.base[0] + w.wall, gate.base[1] + w.applied)
+            if base[0] < BASE_SECONDS:
+                return Gate(False, f"SQL thread {pct}% waiting on disk reads: measuring its apply rate"
+                                   " before prefetching", None, True, base=base, fails=gate.fails)
             idle = f", {w.headroom:.1f} idle cores" if w.headroom is not None else ""
             return Gate(True, f"SQL thread {pct}% waiting on disk reads{idle}: prefetching",
-                        w.read_share, True, GRACE_WINDOWS)
+                        w.read_share, True, GRACE_WINDOWS, rate_before=base[1] / base[0], fails=gate.fails)
         if w.cpu_share >= CPU_SHARE:
             return Gate(False, f"SQL thread {round(100 * w.cpu_share)}% on CPU: CPU-bound,"
-                               " prefetch cannot help", None, True)
+                               " prefetch cannot help", None, True, fails=gate.fails)
         return Gate(False, f"SQL thread {pct}% waiting on disk reads: its stall is not reads,"
-                           " prefetch cannot help", None, True)
+                           " prefetch cannot help", None, True, fails=gate.fails)
     if w.cpu_wait_share >= CPU_WAIT_SHARE:
+        hold = _hold(gate.fails)
         return Gate(False, f"the SQL thread waits for a core {round(100 * w.cpu_wait_share)}% of its"
-                           " time: probes compete with it; backing off", None, True)
+                           f" time: probes compete with it; backing off for {hold} s", None, True,
+                    hold=hold, fails=gate.fails + 1)
     if gate.grace > 0:
         return replace(gate, grace=gate.grace - 1)
-    before = round(100 * gate.baseline)
-    if w.read_share < gate.baseline * LOWERED:
-        return Gate(True, f"probes cut the SQL thread's read waits from {before}% to {pct}%",
-                    gate.baseline, True)
-    return Gate(False, f"probes did not lower the SQL thread's read waits ({before}% before, {pct}%"
-                       " now): backing off", None, True, 0, HOLD_WINDOWS)
+    if w.applied is None:
+        return gate
+    wall, done = gate.judged[0] + w.wall, gate.judged[1] + w.applied
+    if wall < JUDGE_SECONDS:
+        return replace(gate, judged=(wall, done))
+    rate = done / wall
+    rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate)} with probes;"
+             f" reads {round(100 * (gate.baseline or 0.0))}% of its time before, {pct}% now")
+    if rate >= gate.rate_before * RAISED and gate.rate_before > 0:
+        return replace(gate, reason=f"probes speed the SQL thread up ({rates})", judged=(0.0, 0), fails=0)
+    if gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
+        # Inside one big transaction the position does not move: the read waits
+        # are all there is to judge by.
+        return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
+                       judged=(0.0, 0), fails=0)
+    hold = _hold(gate.fails)
+    return Gate(False, f"probes did not speed the SQL thread up ({rates}): backing off for {hold} s",
+                None, True, 0, hold, fails=gate.fails + 1)

@@ -48,6 +48,8 @@ _CAUGHT_UP_BYTES = 4096  # Read - Exec source position under this: nothing to ge
 # sessions ran at full speed for the fraction of a second the check needs.
 _PROBATION_IN_FLIGHT = 2
 _PROBATION_ROWS = 256  # rows probed on probation before the quick check must judge them
+_MEASURING = control.Gate(False, "measuring the SQL thread before prefetching", None, True)
+_BLIND_CHECKS = 3  # seconds to wait for the applier threads' first readings
 
 
 @dataclass(slots=True)
@@ -163,7 +165,16 @@ class PrefetchEngine:
         self.stall = stall_monitor if tuning.adaptive else None
         # Shared: the daemon starts it and finds the threads; the engine only reads it.
         self._stall_own = not stall_shared
-        self.gate_state = control.UNMEASURED
+        # Until the SQL thread has been measured for a second, no probes: a cold
+        # start's first unmeasured seconds were enough for the older checks to
+        # back off for the whole catch-up.
+        self.gate_state = _MEASURING if self.stall is not None else control.UNMEASURED
+        self._blind_checks = 0  # gate checks with applier threads known but unreadable
+        # The SQL thread's relay-log position at the last gate check: its progress in
+        # bytes is its apply rate whether the cursor decoded those events or not
+        # (while the gate is shut nothing is decoded, so rows are not counted).
+        self._gate_pos: tuple[int, int] | None = None
+        self._gate_at: float | None = None
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
         self._gate_shut_in_window = False  # the slow comparison skips such windows
@@ -523,18 +534,37 @@ class PrefetchEngine:
         self._stall_seen = seen
         probed = self.counters.rows_probed - self._stall_probed
         self._stall_probed = self.counters.rows_probed
+        now = self._clock()
+        wall = now - self._gate_at if self._gate_at is not None else 0.0
+        pos, last = self._sql_pos, self._gate_pos
+        # A new relay-log file in between: its bytes are not comparable; skip the second.
+        applied = pos[1] - last[1] if pos is not None and last is not None and pos[0] == last[0] \
+            and pos[1] >= last[1] else None
+        self._gate_pos, self._gate_at = pos, now
         if self.state not in ("active", "backed_off"):
             # Caught up, paused or off: the SQL thread sleeps or does not run; the
             # next backlog is measured for a second before probes start. Meanwhile
             # a few samples a second are enough.
-            self.gate_state = control.Gate(False, "measuring the SQL thread before prefetching",
-                                           None, True) if mon.threads else control.UNMEASURED
+            self.gate_state = _MEASURING if mon.wanted or not mon.looked else control.UNMEASURED
             mon.hz = 5.0
             return
-        w = control.stall_window(window, mon.headroom) if window is not None and mon.threads else None
+        mon.hz = 50.0
+        if not mon.threads:
+            # Not looked for yet, or found but not yet (or never) readable in /proc:
+            # wait a few seconds, then let the with/without comparison decide.
+            self._blind_checks = self._blind_checks + 1 if mon.looked else 0
+            blind = mon.looked and (not mon.wanted or self._blind_checks > _BLIND_CHECKS)
+            self.gate_state = control.UNMEASURED if blind else _MEASURING
+            return
+        self._blind_checks = 0
         before = self.gate_state
+        if window is None:
+            return  # the first reading: measured from now on
+        span = sum(window.values()) / len(mon.threads)
+        w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied)
+        if w is None:
+            return  # no sample in between: nothing new (unmeasured is decided above)
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
-        mon.hz = 50.0 if self.gate_state.measured else 5.0
         if not self.gate_state.open:
             self._gate_shut_in_window = True
         if self.gate_state.open != before.open:
@@ -573,21 +603,29 @@ class PrefetchEngine:
         rows = self.counters.rows_done
         # Each check lets probation probe another chunk, whatever it decides.
         self._probation_from = self.counters.rows_probed
-        if not self.ctl.enabled or not self.tuning.adaptive or rows == self._checked_rows:
-            self._checked_rows = rows
+        if not self._enabled or not self.tuning.adaptive or rows == self._checked_rows:
+            # Nothing of ours to judge: the server's reads meanwhile are the SQL
+            # thread's alone. Counting them against the next probes made every
+            # cold catch-up look like thrashing (reads of the seconds the gate
+            # was shut, against one second of probed keys).
+            self._checked_rows, self._checked_reads = rows, -1.0
             return
         reads = await self._pool_reads()
         last_rows, last_reads = self._checked_rows, self._checked_reads
         self._checked_rows, self._checked_reads = rows, reads
         if reads < 0 or last_reads < 0:
-            return
+            return  # the first reading is the baseline
         w = control.Window(0.0, True, 0, rows - last_rows, int(reads - last_reads), 0, 0)
         if w.probed_rows < 1000 and control.nothing_to_warm(w) is None:
             # Too few keys to judge thrashing: keep counting from the same start.
             self._checked_rows, self._checked_reads = last_rows, last_reads
         if control.worth_warming(w):
             self._proven = True
-        shorter = control.thrashing(w)
+        # Where the SQL thread's time is measured, the gate judges eviction by its
+        # effect (the SQL thread still waits on reads): the server's reads include
+        # the SQL thread's own (a row's secondary indexes, pages no probe names),
+        # so reads > probed keys says little there.
+        shorter = control.thrashing(w) if not self.gate_state.measured else None
         if shorter is not None:
             target = max(self.tuning.min_transactions, self.ctl.target_transactions // 2)
             self.limits = replace(self.limits, max_pages=max(64, self.limits.max_pages // 2))

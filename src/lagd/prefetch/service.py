@@ -79,12 +79,16 @@ def information_schema_connect(endpoint: Endpoint) -> Callable[[], Any]:
 
 async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factory: Callable[..., Any],
                        *, index: Path, mariadb: bool, pool_bytes: int, channel: str = "",
-                       stall_monitor: StallMonitor | None = None) -> PrefetchEngine:
+                       stall_monitor: StallMonitor | None = None,
+                       monitor: ReplicaMonitor | None = None) -> PrefetchEngine:
     """A prefetch engine whose cursor starts at the SQL thread's position.
 
     ``stall_monitor``: the daemon's own, which samples and finds the applier
-    threads itself; without it the engine makes and runs one of its own."""
-    monitor = ReplicaMonitor.of(endpoint, channel, quiet=True)  # the daemon's own monitor speaks
+    threads itself; without it the engine makes and runs one of its own.
+    ``monitor``: the daemon's status monitor, borrowed (one connection polls the
+    replica, one voice says its faults; its owner closes it); without it the
+    engine opens one of its own (benchmarks, tests), which nobody else polls."""
+    monitor = monitor or ReplicaMonitor.of(endpoint, channel)
     sample = await monitor.poll()
     if sample.status is None:
         raise LagdError(f"cannot read the replica's status: {sample.error}",

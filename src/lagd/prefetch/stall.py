@@ -299,10 +299,17 @@ class StallMonitor:
         self._last: dict[int, ThreadSample] = {}
         self._mix: dict[int, dict[str, float]] = {}  # per thread: recent samples per wait, decayed
         self._wanted: tuple[int, ...] = ()
+        self.looked = False  # set_threads was called: an empty set now means "not visible"
         self._history: collections.deque[tuple[float, dict[str, float]]] = collections.deque(maxlen=2048)
         self.seconds: dict[str, float] = dict.fromkeys(STATES, 0.0)
         self.samples = 0
         self._cpu: tuple[float, float] | None = None
+        # /proc/stat readings with their time: idle cores are judged over a second
+        # or more. One 20 ms interval holds 2 jiffies a core, so its headroom is
+        # 0, 1 or 2 cores at random; the gate read it once a second and shut on
+        # that noise about 2 s into every catch-up.
+        self._cpu_history: collections.deque[tuple[float, tuple[float, float]]] = \
+            collections.deque(maxlen=2048)
         self.headroom: float | None = None  # idle cores over the last sampling interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -318,7 +325,13 @@ class StallMonitor:
         with self._lock:
             return self._history[-1][0] if self._history else None
 
+    @property
+    def wanted(self) -> tuple[int, ...]:
+        """The threads last set, sampled or not (a /proc hidden from lagd reads none)."""
+        return self._wanted
+
     def set_threads(self, tids: Iterable[int]) -> None:
+        self.looked = True
         with self._lock:
             keep = {t: self._last.get(t) for t in tids}
             self._last = {t: s for t, s in keep.items() if s is not None}
@@ -352,6 +365,16 @@ class StallMonitor:
             if self._cpu is not None:
                 self.headroom = cpu_headroom(self._cpu, cpu, self.cpus)
             self._cpu = cpu
+            self._cpu_history.append((now, cpu))
+
+    def headroom_over(self, span: float) -> float | None:
+        """Idle cores over about the last ``span`` seconds, None when unknown."""
+        with self._lock:
+            if len(self._cpu_history) < 2:
+                return None
+            now, latest = self._cpu_history[-1]
+            start = next((cpu for at, cpu in self._cpu_history if at >= now - span), latest)
+        return cpu_headroom(start, latest, self.cpus)
 
     def start(self, hz: float | None = None) -> None:
         """Sample ``hz`` times a second in a daemon thread (procfs reads never wait on a
@@ -387,10 +410,10 @@ class StallMonitor:
         """Counters (seconds per state, cumulative: for ``lagd_sql_thread_seconds_total``),
         the verdict over the last ``span`` seconds, idle cores."""
         recent = self.recent(span)
+        headroom = self.headroom_over(span)
         with self._lock:
             seconds = dict(self.seconds)
             threads = list(self._wanted)
-            headroom = self.headroom
         v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom)
         return {"seconds": seconds, "recent": recent, "threads": threads, "headroom_cores": headroom,
                 "verdict": v.kind, "text": v.text, "prefetch_can_help": v.prefetch_can_help}

@@ -105,6 +105,18 @@ def test_inside_one_big_transaction_the_read_waits_judge(read_now: float, open_:
     assert stall_gate(stuck, w(read_now, rate=0), prefetching=True).open is open_
 
 
+@pytest.mark.parametrize(("read_share", "open_", "words"), [
+    (0.15, True, "applier threads 15% waiting on disk reads (1.2 of 8 threads on average)"),
+    (0.02, False, "(0.2 of 8 threads on average): its stall is not reads"),
+])
+def test_parallel_workers_count_threads_reading_not_their_share(read_share: float, open_: bool,
+                                                                words: str) -> None:
+    """Eight workers mostly wait for work or for their turn to commit, which no probe changes."""
+    eight = StallWindow(8.0, read_share, 0.2, 0.0, 1.0, 1.0, 1000 * 1024)
+    g = stall_gate(MEASURING, eight, prefetching=False)
+    assert g.open is open_ and words in g.reason
+
+
 def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
     shut_alone = stall_gate(MEASURING, w(0.5, headroom=0.2), prefetching=False)
     assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second

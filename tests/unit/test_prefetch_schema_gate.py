@@ -176,9 +176,15 @@ class FakePool:
     submitted: list[Any] = field(default_factory=list)
     _on_done: Any = None
 
+    dropped: int = 0
+
     def submit(self, probe: Any, tag: Any) -> bool:
         self.submitted.append(probe)
         return True
+
+    def drop_queued(self) -> int:
+        self.dropped += 1
+        return 0
 
 
 class FakeDecoder:
@@ -228,9 +234,10 @@ def test_rows_after_a_ddl_are_not_probed_until_the_sql_thread_has_applied_it() -
     assert reader.threads == ["lagd-prefetch-cursor"]  # off the event loop
 
     eng._follow_schema((SEQ, 500), moved_back=False)
-    assert eng.gate.held("s.t") and reader.decoder.invalidated == []
+    assert eng.gate.held("s.t") and reader.decoder.invalidated == [] and pool.dropped == 0
     eng._follow_schema((SEQ, 800), moved_back=False)  # the SQL thread applied the ALTER
     assert not eng.gate.held("s.t")
+    assert pool.dropped == 1  # probes queued with the old schema would only fail now
     assert reader.decoder.invalidated == [("s.t",)]
     assert not eng.gate.blocks("s.t")  # the engine's drop did not count as a DDL met
 

@@ -584,7 +584,12 @@ class PrefetchEngine:
                 forget(decoder, self.gate, None)
             return
         if self.gate.held_names and decoder is not None:
-            forget(decoder, self.gate, self.gate.release(sql_pos))
+            released = self.gate.release(sql_pos)
+            if released is None or released:
+                # Probes still queued for rows before the DDL name the schema it
+                # changed; the SQL thread has applied it, so they could only fail.
+                self.pool.drop_queued()
+            forget(decoder, self.gate, released)
 
     async def _start_window(self) -> None:
         self._win = {"t0": self._clock(), "probed": self.counters.rows_done,

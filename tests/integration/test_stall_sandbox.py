@@ -65,7 +65,7 @@ def measure_catch_up(sb: Sandbox) -> dict[str, Any]:
     mon.sample()
     split = stall.shares(mon.seconds)
     assert split is not None, "no samples of the SQL thread"
-    v = stall.verdict(mon.seconds, running=True, headroom=mon.headroom)
+    v = stall.verdict(mon.seconds, running=True, headroom=mon.headroom_over(2.0))
     print(f"{mon.samples} samples, {sum(mon.seconds.values()):.2f} s:",
           {k: round(x, 3) for k, x in split.items()}, v.text)
     return {"split": split, "verdict": v}

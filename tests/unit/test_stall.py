@@ -123,7 +123,7 @@ def test_monitor_over_recorded_files() -> None:
     put("D", 200_000_000, 20, 4096, 1100, 1100)  # 0.2 s on CPU, then blocked reading; 1 of 2 cores idle
     mon.sample()
     assert mon.seconds == pytest.approx(secs(on_cpu=0.2, disk_read=0.8))
-    assert mon.headroom == pytest.approx(1.0)
+    assert mon.headroom_over(1.0) == pytest.approx(1.0)
     snap = mon.snapshot()
     assert (snap["verdict"], snap["prefetch_can_help"]) == ("reads", True)
     assert "80% waiting on disk reads" in snap["text"]

@@ -303,14 +303,12 @@ class StallMonitor:
         self._history: collections.deque[tuple[float, dict[str, float]]] = collections.deque(maxlen=2048)
         self.seconds: dict[str, float] = dict.fromkeys(STATES, 0.0)
         self.samples = 0
-        self._cpu: tuple[float, float] | None = None
         # /proc/stat readings with their time: idle cores are judged over a second
         # or more. One 20 ms interval holds 2 jiffies a core, so its headroom is
         # 0, 1 or 2 cores at random; the gate read it once a second and shut on
         # that noise about 2 s into every catch-up.
         self._cpu_history: collections.deque[tuple[float, tuple[float, float]]] = \
             collections.deque(maxlen=2048)
-        self.headroom: float | None = None  # idle cores over the last sampling interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.hz = 50.0  # samples a second; the engine lowers it while there is nothing to judge
@@ -362,9 +360,6 @@ class StallMonitor:
                 cpu = parse_cpu_line(self._read("/proc/stat"))
             except (OSError, ValueError):
                 return
-            if self._cpu is not None:
-                self.headroom = cpu_headroom(self._cpu, cpu, self.cpus)
-            self._cpu = cpu
             self._cpu_history.append((now, cpu))
 
     def headroom_over(self, span: float) -> float | None:

@@ -4,12 +4,15 @@ against the truth, in the scenarios where they used to be wrong.
 The truth is a heartbeat written on the source every 0.2 s: the replica has
 caught up when its copy of the row is as fresh again as it is while the
 replica is idle (the median age then, plus 0.15 s). The replica is made slow
-on purpose, the same way for every scenario: its copy of the table has no
-primary key (dropped without binary logging), so each replicated row change
-is a table scan. The source writes at 30% of what the replica applied when
-calibrated, so a catch-up takes seconds, not milliseconds, and the replica
-stays faster than the source when a busy machine slows it 2.5-fold (at 40%
-it once could not catch up for 50 s, and "never" was the right forecast).
+on purpose, the same way for every scenario: a trigger that exists only on
+the replica (MariaDB runs it for row events with slave_run_triggers_for_rbr)
+sleeps ``ROW_COST`` for each row the SQL thread changes. A timer, not work:
+an earlier version slowed the replica with table scans, and on the shared
+2-core machine, with other tests and benchmarks beside it, that CPU-bound
+replica changed its own speed 1.5-2.5-fold within one catch-up, which no
+forecast made from the present can know (docs/lag.md has those runs). The
+source writes at 30% of what the replica applied when calibrated, so a
+catch-up takes seconds, not milliseconds.
 
 Scenarios: SQL thread stopped, IO thread stopped, an idle source then a
 stopped SQL thread, and a big transaction (followed from its start: the ETA
@@ -18,8 +21,8 @@ catch-up every /status reading from its second second on, while more than
 1.5 s remain, is compared with the real remaining time; the median error is
 printed with what lagd said (its lag and apply speed) and held within
 ``ETA_LIMIT`` (and all readings together within ``POOLED_LIMIT``); the big
-transaction's first stall estimate within 3x of its measured apply time, the
-one from InnoDB's count inside it within 2x, and its remaining stall must
+transaction's stall estimate, the first one and the one from InnoDB's count
+inside it, within 2x of its measured apply time, and its remaining stall must
 shrink while it applies.
 The numbers are printed (``pytest -s``); a line starting ETA_TRUTH sums
 them up.
@@ -54,8 +57,10 @@ IDLE_MARGIN = 0.15
 CAUGHT_UP = [FRESH]
 GAP = 8.0  # seconds of each gap, at least
 FIRST_GAP = 20.0  # the first is sized from the calibration alone: longer, in case the replica is faster now
-ETA_LIMIT = 2.0  # the median ETA error a catch-up may have (see the end of the test for why not 0.25)
-POOLED_LIMIT = 0.75  # the median over every judged reading of every catch-up
+ETA_LIMIT = 0.25  # the median ETA error a catch-up may have (the issue's acceptance)
+POOLED_LIMIT = 0.25  # the median over every judged reading of every catch-up
+STALL_LIMIT = 2.0  # how far off the big transaction's stall estimate may be, either way
+ROW_COST = 0.002  # seconds the replica's trigger sleeps per row change
 CATCH_UP = 9.0  # seconds each catch-up should last, for enough readings to judge
 MAX_GAP = 25.0
 SOURCE_SHARE = 0.3  # of the calibrated apply rate, written by the source
@@ -175,10 +180,17 @@ def slow_replica(sandbox: Sandbox, schema: str) -> Iterator[tuple[Sandbox, str]]
     try:
         with conn.cursor() as cur:
             cur.execute("SET SESSION sql_log_bin = 0")
-            cur.execute("ALTER TABLE t DROP PRIMARY KEY")  # every row change is a scan on the replica
+            cur.execute(f"CREATE TRIGGER t_slow BEFORE UPDATE ON t FOR EACH ROW "
+                        f"SET NEW.v = NEW.v + SLEEP({ROW_COST})")
     finally:
         conn.close()
-    yield sb, schema
+    sb.stop_sql_thread()
+    sb.replica().query("SET GLOBAL slave_run_triggers_for_rbr = 'YES'")
+    sb.start_sql_thread()
+    try:
+        yield sb, schema
+    finally:
+        sb.replica().query("SET GLOBAL slave_run_triggers_for_rbr = 'NO'")
 
 
 def apply_rate(sb: Sandbox, schema: str, n: int = 4000) -> float:
@@ -188,7 +200,7 @@ def apply_rate(sb: Sandbox, schema: str, n: int = 4000) -> float:
     rng = random.Random(5)
     try:
         with conn.cursor() as cur:
-            for _ in range(n):  # random rows: a scan finds them half-way on average, as the load's
+            for _ in range(n):
                 cur.execute("UPDATE t SET v = v + 1 WHERE id = %s", (rng.randint(1, ROWS),))
     finally:
         conn.close()
@@ -263,10 +275,8 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
 
             scenario("idle_source", idle_then_stop, sb.start_sql_thread)
 
-            # A big transaction: about BIG_SECONDS of apply on the replica, on rows
-            # spread over the table and in random order like the load's (a row
-            # is found by a scan here: rows in table order would cost more and
-            # more as it goes, and a row near the start less than the load's).
+            # A big transaction: about BIG_SECONDS of apply on the replica, on
+            # rows spread over the table in random order like the load's.
             want = BIG_SECONDS * live_rate[0]
             statements = -(-int(want) // ROWS)
             every = max(1, round(ROWS * statements / want))
@@ -357,24 +367,17 @@ def test_eta_and_stall_follow_the_truth(slow_replica: tuple[Sandbox, str], tmp_p
           f"pooled={pooled if pooled is None else round(pooled, 2)}/{len(ERRORS)} "
           f"stall={first if first is None else round(first / measured, 2)}x "
           f"counted={counted if counted is None else round(counted / measured, 2)}x")
-    # The issue's acceptance is a median error within 25% after the first
-    # seconds of each catch-up, and the stall within 2x. Both held while the
-    # replica's speed held (all four catch-ups 9-17%, pooled 12%, stall 0.9x
-    # on the merged tree); on the shared 2-core machine, with other sandboxes
-    # benchmarking beside it (load 2-7), the replica's own speed changed
-    # 1.5-2.5-fold within a catch-up and single medians reached 135% (pooled
-    # 12-45%): docs/lag.md has every run. What is held here is what held in
-    # all of them, so that CI on shared cores does not flake: never again the
-    # issue's infinite or 30-200-fold forecasts.
+    # The issue's acceptance: a median error within 25% after the first
+    # seconds of each catch-up, the stall within 2x and shrinking while it
+    # applies (it grew 14-fold in the issue). A catch-up cut short of
+    # MIN_READINGS is printed, not held; all of them together must give
+    # MIN_POOLED readings, or nothing was proven.
     for name, (_took, err, n) in results.items():
         if n >= MIN_READINGS and err is not None:
             assert err <= ETA_LIMIT, (name, err, n)
     assert len(ERRORS) >= MIN_POOLED, (len(ERRORS), results)
     assert pooled is not None and pooled <= POOLED_LIMIT, (pooled, len(ERRORS))
-    # The stall: known before it starts and within 3x (0.9-1.4x in every run
-    # but one, 2.5x when the replica ran 2.5 times faster than while the rate
-    # was learned); once InnoDB's count inside it has a second behind it,
-    # within 2x (0.9-1.5x); shrinking while it applies (it grew 14-fold in the issue).
-    assert first is not None and measured / 3 <= first <= measured * 3, (first, measured)
-    assert counted is not None and measured / 2 <= counted <= measured * 2, (counted, measured, inside)
+    assert first is not None and measured / STALL_LIMIT <= first <= measured * STALL_LIMIT, (first, measured)
+    assert counted is not None and measured / STALL_LIMIT <= counted <= measured * STALL_LIMIT, (
+        counted, measured, inside)
     assert len(lefts) >= 2 and lefts[-1] < lefts[0], inside

@@ -18,6 +18,7 @@ from lagd.daemon import metrics
 from lagd.daemon.sqlthread import ProcStall, account_of, foreign_threads, stall_view
 from lagd.daemon.state import StallView
 from lagd.lag import ReplicaState
+from lagd.prefetch import stall
 from lagd.prefetch.stall import StallMonitor
 
 MARIADB_ROWS = [{"tid": 4242, "role": "Slave_SQL"}]
@@ -212,3 +213,19 @@ async def test_unmeasured_is_absent_from_the_metrics_not_zero() -> None:
 def test_no_stall_collaborator_no_view() -> None:
     rt, _ = runtime()
     assert rt.snapshot().stall is None
+
+
+def test_parallel_workers_line_names_them_and_their_idle_time() -> None:
+    recent = {"on_cpu": 0.8, "cpu_wait": 1.5, "disk_read": 0.1, "flush_wait": 0.0, "other_wait": 5.6}
+    snap = {"seconds": recent, "recent": recent, "threads": list(range(101, 109)), "headroom_cores": 1.0}
+    v = stall.verdict(recent, running=True, threads=8)
+    view = stall_view({**snap, "verdict": v.kind, "text": v.text, "prefetch_can_help": v.prefetch_can_help},
+                      measured=True, note=None, fresh=True, gate=None)
+    assert view.summary == ("8 parallel workers: 70% waiting for work, their turn to commit or locks,"
+                            " 19% waiting for a CPU (last 10 s): prefetch cannot help")
+    reading = {**recent, "disk_read": 1.1, "other_wait": 4.6}
+    v = stall.verdict(reading, running=True, threads=8)
+    view = stall_view({**snap, "recent": reading, "verdict": v.kind, "text": v.text,
+                       "prefetch_can_help": v.prefetch_can_help},
+                      measured=True, note=None, fresh=True, gate=None)
+    assert view.summary.endswith("; 1.1 of them on disk reads on average (last 10 s): prefetch can help")

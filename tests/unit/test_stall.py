@@ -155,3 +155,21 @@ def test_off_cpu_time_seen_between_samples_follows_the_recent_wait_mix() -> None
         files["/proc/1/schedstat"] = f"{int(sample.cpu_ns or 0)} 0 1"
         mon.sample()
     assert mon.seconds == pytest.approx(secs(on_cpu=0.02, disk_read=0.02))
+
+
+@pytest.mark.parametrize(("seconds", "threads", "kind", "helps", "words"), [
+    # Eight workers, 1.1 of them always on a read: the gate's measure, not the diluted share.
+    (secs(on_cpu=0.8, cpu_wait=1.5, disk_read=1.1, other_wait=4.6), 8, "reads", True,
+     "8 parallel workers: 1.1 of them waiting on disk reads on average (14% of their time): prefetch"),
+    # Mostly idle workers are not "waiting on locks".
+    (secs(on_cpu=0.8, cpu_wait=1.5, disk_read=0.1, other_wait=5.6), 8, "other", False,
+     "8 parallel workers: 70% of their time waiting for work, their turn to commit or locks"),
+    (secs(on_cpu=6.0, cpu_wait=1.0, other_wait=1.0), 8, "cpu", False, "8 parallel workers: 88% on CPU"),
+    # One thread: as before.
+    (secs(on_cpu=0.3, disk_read=0.14, other_wait=0.56), 1, "other", False, "SQL thread 56% waiting on locks"),
+])
+def test_verdict_for_parallel_workers(seconds: dict[str, float], threads: int, kind: str, helps: bool,
+                                      words: str) -> None:
+    v = verdict(seconds, running=True, threads=threads)
+    assert (v.kind, v.prefetch_can_help) == (kind, helps)
+    assert words in v.text

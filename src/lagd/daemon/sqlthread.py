@@ -30,6 +30,7 @@ SERVER_NAMES = ("mariadbd", "mysqld")
 PHRASES = {"on_cpu": "on CPU", "cpu_wait": "waiting for a CPU", "disk_read": "waiting on disk reads",
            "flush_wait": "waiting on page flushes and commits",
            "other_wait": "waiting on locks, commits or other threads"}
+WORKERS_OTHER = "waiting for work, their turn to commit or locks"
 
 
 # ----- pure ----------------------------------------------------------------------------
@@ -71,14 +72,21 @@ def foreign_threads(tids: Iterable[int], read: Callable[[str], str]) -> str | No
 
 
 def summary(shares: Mapping[str, float] | None, kind: str, text: str, can_help: bool,
-            headroom: float | None, note: str | None, span: float = SPAN) -> str:
-    """One line for lagctl status: the split's biggest parts and what they mean for prefetch."""
+            headroom: float | None, note: str | None, span: float = SPAN, threads: int = 1) -> str:
+    """One line for lagctl status: the split's biggest parts and what they mean for prefetch.
+
+    Parallel workers' idle time (waiting for work or their turn to commit) is
+    the same sleep as a lock wait in /proc; it is named for what it mostly is.
+    """
     if note is not None:
         return f"SQL thread: not measured: {note}"
     if kind == "idle" or shares is None or kind == "unknown":
         return f"SQL thread: {text.removeprefix('SQL thread ')}"
     top = sorted((s for s in stall.STATES if shares.get(s, 0.0) >= 0.05), key=lambda s: -shares[s])[:2]
-    split = ", ".join(f"{round(100 * shares[s])}% {PHRASES[s]}" for s in top) or "no state over 5%"
+    phrases = {**PHRASES, "other_wait": WORKERS_OTHER} if threads > 1 else PHRASES
+    split = ", ".join(f"{round(100 * shares[s])}% {phrases[s]}" for s in top) or "no state over 5%"
+    if threads > 1 and kind == "reads":  # a small share of eight threads' time can be one always reading
+        split += f"; {shares['disk_read'] * threads:.1f} of them on disk reads on average"
     if kind == "reads":
         why = "prefetch can help" if can_help else (
             f"no CPU to spare ({headroom:.1f} idle cores): prefetch would slow it down"
@@ -89,7 +97,8 @@ def summary(shares: Mapping[str, float] | None, kind: str, text: str, can_help: 
         why = "see lagctl advise"
     else:
         why = "prefetch cannot help"
-    return f"SQL thread: {split} (last {span:g} s): {why}"
+    who = f"{threads} parallel workers" if threads > 1 else "SQL thread"
+    return f"{who}: {split} (last {span:g} s): {why}"
 
 
 def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fresh: bool,
@@ -115,7 +124,7 @@ def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fre
         spare_cores=float(headroom) if headroom is not None else None,
         threads=threads, threads_note=note,
         gate_open=gate[0] if gate else None, gate_reason=gate[1] if gate else None,
-        summary=summary(shares, kind, text, can_help, headroom, note, span))
+        summary=summary(shares, kind, text, can_help, headroom, note, span, len(threads)))
 
 
 # ----- the real collaborator -------------------------------------------------------------

@@ -210,12 +210,16 @@ def shares(seconds: Mapping[str, float]) -> dict[str, float] | None:
 
 
 def verdict(seconds: Mapping[str, float], *, running: bool, busy: bool = True,
-            headroom: float | None = None) -> Verdict:
+            headroom: float | None = None, threads: int = 1) -> Verdict:
     """What the split says about prefetch, in words a DBA reads in lagctl status.
 
     ``running``: applier threads were found; ``busy``: there is a backlog (an
     idle SQL thread waiting for events sleeps, which says nothing);
-    ``headroom``: idle cores, or None when unknown.
+    ``headroom``: idle cores, or None when unknown; ``threads``: how many
+    applier threads the seconds are summed over. Parallel workers spend most
+    of their time waiting for work or for their turn to commit, which /proc
+    cannot tell from a lock wait; their reads are judged as the gate judges
+    them, by how many of them wait on a read on average (control.StallWindow).
     """
     if not running:
         return Verdict("unknown", "SQL thread not running: nothing to measure", False)
@@ -226,20 +230,26 @@ def verdict(seconds: Mapping[str, float], *, running: bool, busy: bool = True,
         return Verdict("unknown", "no samples of the SQL thread yet", False)
     pct = {s: round(100 * v) for s, v in split.items()}
     cpu = split["on_cpu"] + split["cpu_wait"]
-    if split["disk_read"] >= READ_SHARE:
+    many = threads > 1
+    who = f"{threads} parallel workers:" if many else "SQL thread"
+    readers = split["disk_read"] * threads
+    if readers >= READ_SHARE:
+        reads = (f"{who} {readers:.1f} of them waiting on disk reads on average ({pct['disk_read']}% of"
+                 " their time)" if many else f"{who} {pct['disk_read']}% waiting on disk reads")
         if headroom is not None and headroom < MIN_HEADROOM:
-            return Verdict("reads", f"SQL thread {pct['disk_read']}% waiting on disk reads, but the machine"
-                                    f" has no CPU to spare ({headroom:.1f} idle cores): prefetch would slow"
-                                    " it down", False)
-        return Verdict("reads", f"SQL thread {pct['disk_read']}% waiting on disk reads: prefetch can help",
-                       True)
+            return Verdict("reads", f"{reads}, but the machine has no CPU to spare ({headroom:.1f} idle"
+                                    " cores): prefetch would slow it down", False)
+        return Verdict("reads", f"{reads}: prefetch can help", True)
     if cpu >= CPU_SHARE:
         waiting = f", {pct['cpu_wait']}% of it waiting for a core" if split["cpu_wait"] >= 0.1 else ""
-        return Verdict("cpu", f"SQL thread {round(100 * cpu)}% on CPU{waiting}: CPU-bound,"
+        return Verdict("cpu", f"{who} {round(100 * cpu)}% on CPU{waiting}: CPU-bound,"
                               " prefetch cannot help", False)
     if split["flush_wait"] >= max(split["other_wait"], READ_SHARE):
-        return Verdict("flush", f"SQL thread {pct['flush_wait']}% waiting on page flushes and commits:"
+        return Verdict("flush", f"{who} {pct['flush_wait']}% waiting on page flushes and commits:"
                                 " see lagctl advise", False)
+    if many:
+        return Verdict("other", f"{who} {pct['other_wait']}% of their time waiting for work, their turn"
+                                " to commit or locks: prefetch cannot help", False)
     return Verdict("other", f"SQL thread {pct['other_wait']}% waiting on locks, commits or other threads:"
                             " prefetch cannot help", False)
 
@@ -409,7 +419,7 @@ class StallMonitor:
         with self._lock:
             seconds = dict(self.seconds)
             threads = list(self._wanted)
-        v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom)
+        v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom, threads=len(threads))
         return {"seconds": seconds, "recent": recent, "threads": threads, "headroom_cores": headroom,
                 "verdict": v.kind, "text": v.text, "prefetch_can_help": v.prefetch_can_help}
 

@@ -22,6 +22,7 @@ from lagd.relaylog import (
     Resynced,
     TransactionEnd,
 )
+from lagd.relaylog.schema import TableMapResolver
 
 FIXTURE = Path(__file__).parent.parent / "fixtures" / "binlogs" / "mariadb-bin.000001"
 LOG = FIXTURE.read_bytes()
@@ -213,3 +214,33 @@ def _offset_of_type(buf: bytes, typ: int) -> int:
             return pos
         pos += int.from_bytes(buf[pos + 9 : pos + 13], "little")
     raise AssertionError(f"no event of type {typ}")
+
+
+class ClosingResolver:
+    """A resolver with a session of its own (as InformationSchemaResolver has)."""
+
+    def __init__(self) -> None:
+        self.inner, self.closed = TableMapResolver(), 0
+
+    def resolve(self, tm):  # type: ignore[no-untyped-def]
+        return self.inner.resolve(tm)
+
+    def invalidate(self, tables=None):  # type: ignore[no-untyped-def]
+        self.inner.invalidate(tables)
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def test_close_closes_the_file_and_the_resolvers_session(tmp_path):
+    d = RelayDir(tmp_path)
+    d.add(1)
+    resolver = ClosingResolver()
+    r = RelayLogReader(LogFiles(d.index), RelayPosition(d.name(1), 4), resolver)
+    assert ends(r.read()) == TRX_PER_FILE
+    opened = len(os.listdir("/proc/self/fd"))
+    r.close()
+    assert len(os.listdir("/proc/self/fd")) == opened - 1  # the relay-log file
+    assert resolver.closed == 1
+    r.close()  # twice is harmless
+    assert resolver.closed == 2

@@ -455,7 +455,9 @@ class PrefetchEngine:
             await asyncio.gather(poller, return_exceptions=True)
             if self.stall is not None and self._stall_own:
                 self.stall.stop()
-            self._cursor.close()
+            # The reader (its file, its information_schema session) is closed
+            # in the cursor thread, after any read still running there.
+            self._cursor.close(last=self.reader.close)
             await self.pool.close()
 
     def _step(self, sample: Sample, now: float) -> float:

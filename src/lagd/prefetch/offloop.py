@@ -38,15 +38,24 @@ class OneThread:
         self._queue.put((loop, fut, fn, args))
         return await fut
 
-    def close(self) -> None:
+    def close(self, last: Callable[[], None] | None = None) -> None:
+        """Let the thread end after the calls queued before; ``last`` runs in it
+        then, so that what those calls use (an open file, a connection) is
+        closed by the thread that uses it, never under it."""
         if self._thread is not None:
-            self._queue.put(None)
+            self._queue.put(None if last is None else (last,))
             self._thread = None
+        elif last is not None:
+            last()
 
     def _main(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:
+                return
+            if len(item) == 1:
+                with contextlib.suppress(Exception):  # closing: nobody to tell, nothing to lose
+                    item[0]()
                 return
             loop, fut, fn, args = item
             try:

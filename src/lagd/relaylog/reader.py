@@ -211,7 +211,11 @@ class RelayLogReader:
                 time.sleep(poll_interval)
 
     def close(self) -> None:
+        """The open relay-log file and the schema resolver's connection, if it has one."""
         self._close()
+        closer = getattr(self.decoder.resolver, "close", None)
+        if callable(closer):
+            closer()
 
     def seek(self, position: RelayPosition) -> None:
         """Start reading at ``position`` (a transaction boundary)."""

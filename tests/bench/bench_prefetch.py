@@ -329,8 +329,10 @@ def gate_summary(r: Run) -> str:
     pf = r.prefetch or {}
     stall = pf.get("stall") or {}
     moves = pf.get("gate_log") or []
-    shut = sum(1 for _, msg in moves if "prefetching" not in msg)
-    text = (f"gate {'open' if stall.get('gate_open') else 'shut'} at the end, shut {shut}x: "
+    shut = sum(1 for _, msg in moves if "prefetching" not in msg and "measuring it alone again" not in msg)
+    rebased = sum(1 for _, msg in moves if "measuring it alone again" in msg)
+    text = (f"gate {'open' if stall.get('gate_open') else 'shut'} at the end, shut {shut}x"
+            f"{f', re-measured {rebased}x' if rebased else ''}: "
             f"{stall.get('gate_reason', 'not measured')}")
     if pf.get("state") == "backed_off":
         text += f"; controller backed off: {pf.get('reason')}"

@@ -117,6 +117,24 @@ def test_parallel_workers_count_threads_reading_not_their_share(read_share: floa
     assert g.open is open_ and words in g.reason
 
 
+def test_probes_that_pay_are_judged_against_a_fresh_speed_of_the_sql_thread_alone() -> None:
+    """A cold pool warms and a workload changes under a backlog: after REBASE_SECONDS of
+    verdicts that pay, the SQL thread is measured alone again, then judged anew."""
+    g, paid = HALF_JUDGED, 1.0
+    while g.open:
+        g = stall_gate(g, w(0.2, rate=1400), prefetching=True)
+        paid += 1.0
+    assert paid == control.REBASE_SECONDS  # two judged seconds a verdict, 1 s judged before the loop
+    assert "measuring it alone again: its speed of 30 s ago" in g.reason
+    assert g.fails == 0 and g.hold == 0 and g.base == (0.0, 0) and g.rate_before is None
+    g = stall_gate(g, w(0.6, rate=1300), prefetching=False)  # the pool is warmer now: 1,300 alone
+    g = stall_gate(g, w(0.6, rate=1300), prefetching=False)
+    assert g.open and g.rate_before == 1300 * 1024 and g.since_base == 0.0
+    g = stall_gate(replace(g, grace=0), w(0.3, rate=1350), prefetching=True)
+    g = stall_gate(g, w(0.3, rate=1350), prefetching=True)  # beat the old 1,000, not 1,300 * 1.05
+    assert not g.open and "did not speed" in g.reason
+
+
 def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
     shut_alone = stall_gate(MEASURING, w(0.5, headroom=0.2), prefetching=False)
     assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second
@@ -196,6 +214,26 @@ def test_the_engine_opens_on_reads_and_shuts_when_probes_do_not_pay() -> None:
     assert not eng.gate_state.open and not eng._enabled
     assert "500 KiB/s of relay log before, 480 KiB/s of relay log with probes" in eng.gate_state.reason
     assert pool.dropped == 1
+
+
+def test_a_shut_gate_does_not_measure_the_sql_thread_alone_on_transactions_probed_before() -> None:
+    """Their pages are warm: seconds on them would make the speed to beat too high."""
+    fake = FakeStall()
+    eng, _pool = engine_with(fake)
+    eng._sql_pos = (1, 0)
+    eng._gate_check()
+    eng._ahead.append(SimpleNamespace())  # type: ignore[arg-type]  # a probed transaction still ahead
+    for _ in range(3):
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
+    assert not eng.gate_state.open and eng.gate_state.base == (0.0, 0)
+    eng._ahead.clear()  # the SQL thread passed them
+    for _ in range(2):
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
+    assert eng.gate_state.open and eng.gate_state.rate_before == 500 * 1024
 
 
 @pytest.mark.parametrize(("fake", "measuring_checks"), [

@@ -227,6 +227,12 @@ MIN_HEADROOM = 0.5  # idle cores the probes need; below it they take CPU from th
 CPU_WAIT_SHARE = 0.5
 RAISED = 1.05  # apply rate over this x the rate before prefetch: the probes pay
 LOWERED = 0.9  # read share under this x the share before: the probes help (no rate to judge)
+# Probing that pays is judged against a speed of the SQL thread alone at most this
+# old: a cold pool warms as a catch-up goes on, and a workload can change under a
+# backlog (a relay log's bytes a second then mean other work), so an old speed to
+# beat says less and less. Measuring again costs BASE_SECONDS without probes (and
+# the lead's drain) every REBASE_SECONDS: about 2-3% of a 1.2x gain.
+REBASE_SECONDS = 30.0
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
 BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to beat
 JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
@@ -281,7 +287,9 @@ class Gate:
     reads were high; at ``BASE_SECONDS`` the gate opens with ``rate_before``
     (and ``baseline``, the read share) as the speed to beat. ``grace``:
     windows the probes get to catch up before they are judged. ``judged``:
-    wall seconds and bytes applied while probing since the last verdict. ``hold``: windows
+    wall seconds and bytes applied while probing since the last verdict; after
+    ``REBASE_SECONDS`` of verdicts that pay, the SQL thread is measured alone
+    again (see there). ``hold``: windows
     to stay shut after the probes did not pay (reopening at once would flap
     every second); ``fails``: such verdicts in a row, each doubling the hold.
     """
@@ -296,6 +304,7 @@ class Gate:
     base: tuple[float, int] = (0.0, 0)
     judged: tuple[float, int] = (0.0, 0)
     fails: int = 0
+    since_base: float = 0.0  # wall seconds judged to pay since ``rate_before`` was measured
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
@@ -371,13 +380,19 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     rate = done / wall
     rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate)} with probes;"
              f" reads {round(100 * (gate.baseline or 0.0))}% of its time before, {pct}% now")
+    pays = None
     if rate >= gate.rate_before * RAISED and gate.rate_before > 0:
-        return replace(gate, reason=f"probes speed the SQL thread up ({rates})", judged=(0.0, 0), fails=0)
-    if gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
+        pays = f"probes speed the SQL thread up ({rates})"
+    elif gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
         # Inside one big transaction the position does not move: the read waits
         # are all there is to judge by.
-        return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
-                       judged=(0.0, 0), fails=0)
+        pays = f"probes cut the SQL thread's read waits ({rates})"
+    if pays is not None:
+        since = gate.since_base + wall
+        if since >= REBASE_SECONDS:
+            return Gate(False, f"{pays}; measuring it alone again: its speed of {since:.0f} s ago"
+                               " is no longer the one to beat", None, True)
+        return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since)
     hold = _hold(gate.fails)
     return Gate(False, f"probes did not speed the SQL thread up ({rates}): backing off for {hold} s",
                 None, True, 0, hold, fails=gate.fails + 1)

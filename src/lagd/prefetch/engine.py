@@ -542,6 +542,10 @@ class PrefetchEngine:
         # A new relay-log file in between: its bytes are not comparable; skip the second.
         applied = pos[1] - last[1] if pos is not None and last is not None and pos[0] == last[0] \
             and pos[1] >= last[1] else None
+        if not self.gate_state.open and self._ahead:
+            # Shut, but the SQL thread is still on transactions probed before:
+            # their warm pages would count as its speed alone.
+            applied = None
         self._gate_pos, self._gate_at = pos, now
         if self.state not in ("active", "backed_off"):
             # Caught up, paused or off: the SQL thread sleeps or does not run; the

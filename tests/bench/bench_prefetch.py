@@ -290,6 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         plan += [("update_pk", m) for m in HARM_MODES.split(",")]
     results: list[Run] = []
     cfg = SandboxConfig(gtid=False, o_direct=True, replica_buffer_pool_mb=256)
+    args.out.mkdir(parents=True, exist_ok=True)
     raw = args.out / "benchmark-runs.jsonl"  # every run as it ends: a cut-short invocation keeps its pairs
     with Sandbox(cfg) as sb:
         for workload, mode in plan:

@@ -135,6 +135,25 @@ def test_probes_that_pay_are_judged_against_a_fresh_speed_of_the_sql_thread_alon
     assert not g.open and "did not speed" in g.reason
 
 
+@pytest.mark.parametrize(("queued_share", "open_", "words"), [
+    # Eight workers on two cores, 19% of their time runnable: 1.5 threads queued for a core.
+    (0.19, False, "1.5 of its threads wait for a core on average: probes would add to that queue"),
+    (0.05, True, "prefetching"),
+])
+def test_parallel_workers_queued_for_a_core_keep_the_gate_shut(queued_share: float, open_: bool,
+                                                               words: str) -> None:
+    eight = StallWindow(8.0, 0.15, 0.3, queued_share, 1.0, 1.0, 1000 * 1024)
+    g = stall_gate(MEASURING, eight, prefetching=False)
+    assert g.open is open_ and words in g.reason
+    assert g.hold == 0  # measured without probes: judged again next second
+
+
+def test_parallel_workers_queueing_while_probing_stop_at_once() -> None:
+    eight = StallWindow(8.0, 0.1, 0.4, 0.1, 1.0, 1.0, 1000 * 1024)  # 0.8 threads queued
+    g = stall_gate(OPEN, eight, prefetching=True)
+    assert not g.open and "0.8 applier threads wait for a core on average" in g.reason and g.hold > 0
+
+
 def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
     shut_alone = stall_gate(MEASURING, w(0.5, headroom=0.2), prefetching=False)
     assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second

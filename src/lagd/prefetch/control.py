@@ -220,7 +220,8 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 
 READ_SHARE = 0.25  # of the applier's time waiting on disk reads: pages to warm
 MIN_HEADROOM = 0.5  # idle cores the probes need; below it they take CPU from the SQL thread
-# The SQL thread queued for a core this much: stop without waiting for the verdict.
+# Applier threads queued for a core this many on average (the SQL thread: this share of
+# its time): do not start, and stop without waiting for the verdict.
 # Milder queueing is judged by its effect on the apply rate: cold catch-ups on a
 # shared 2-core machine queue it 11-18% without any probe, and a fixed 25% shut the
 # gate 3 s into a catch-up whose probes were about to pay.
@@ -259,6 +260,13 @@ class StallWindow:
         their read share is small even when one or two of them always wait on
         a read (8 workers: 9-15% of their time, 1-1.2 threads reading)."""
         return self.read_share * self.seconds / self.wall if self.wall > 0 else self.read_share
+
+    @property
+    def queued(self) -> float:
+        """Applier threads runnable but waiting for a core, on average over the
+        window: the queue probes would join (the queued share for one SQL thread;
+        eight parallel workers on two cores queue 1.5 threads at a 19% share)."""
+        return self.cpu_wait_share * self.seconds / self.wall if self.wall > 0 else self.cpu_wait_share
 
     def reads_text(self) -> str:
         pct = round(100 * self.read_share)
@@ -351,6 +359,12 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                 return Gate(False, f"{reads}, but the CPU is saturated"
                                    f" ({w.headroom:.1f} idle cores): probes would take it from the SQL"
                                    " thread", None, True, fails=gate.fails)
+            if w.queued >= CPU_WAIT_SHARE:
+                # Idle cores on average, yet the appliers queue for one: they
+                # wake together (parallel workers at each group commit), and
+                # probes would add to that queue.
+                return Gate(False, f"{reads}, but {w.queued:.1f} of its threads wait for a core on"
+                                   " average: probes would add to that queue", None, True, fails=gate.fails)
             if w.applied is None:
                 return gate  # a relay-log file switch: the second's progress is unknown
             base = (gate.base[0] + w.wall, gate.base[1] + w.applied)
@@ -365,10 +379,12 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                                " prefetch cannot help", None, True, fails=gate.fails)
         return Gate(False, f"{reads}: its stall is not reads, prefetch cannot help", None, True,
                     fails=gate.fails)
-    if w.cpu_wait_share >= CPU_WAIT_SHARE:
+    if w.queued >= CPU_WAIT_SHARE:
         hold = _hold(gate.fails)
-        return Gate(False, f"the SQL thread waits for a core {round(100 * w.cpu_wait_share)}% of its"
-                           f" time: probes compete with it; backing off for {hold} s", None, True,
+        who = (f"{w.queued:.1f} applier threads wait for a core on average"
+               if w.wall > 0 and w.seconds / w.wall > 1.5 else
+               f"the SQL thread waits for a core {round(100 * w.cpu_wait_share)}% of its time")
+        return Gate(False, f"{who}: probes compete with it; backing off for {hold} s", None, True,
                     hold=hold, fails=gate.fails + 1)
     if gate.grace > 0:
         return replace(gate, grace=gate.grace - 1)

@@ -452,7 +452,8 @@ class PrefetchEngine:
                     # Until the next status (the SQL thread may have moved) or the delay.
                     self._new_sample.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._new_sample.wait(), delay)
+                        async with asyncio.timeout(delay):  # no task per wait, as wait_for makes
+                            await self._new_sample.wait()
                 else:
                     await asyncio.sleep(0)
         finally:

@@ -178,6 +178,7 @@ class RelayLogReader:
         self._synced = False
         self._resyncs_in_read = 0
         self._opened = False
+        self._skip_from: int | None = None  # a forward seek in the open file, walked by the next read
         # file -> how far its control events are known, and those events
         self._walks: dict[tuple[str, int, int], tuple[int, list[tuple[int, bytes]]]] = {}
 
@@ -245,7 +246,14 @@ class RelayLogReader:
 
     def seek(self, position: RelayPosition) -> None:
         """Start reading at ``position`` (a transaction boundary)."""
-        if not self._skip_ahead(position):
+        fh, here = self._fh, self.position
+        if fh is not None and position.file == here.file and position.offset >= here.offset:
+            # Forward in the open file: the next read walks the stretch skipped
+            # (in the reader's thread: seek() may be called on an event loop).
+            if self._skip_from is None:
+                self._skip_from = here.offset  # where decoding stopped; later seeks keep it
+            self._pending = b""
+        else:
             self._close()
         self.decoder.abandon_transaction()
         self.position = position
@@ -259,6 +267,7 @@ class RelayLogReader:
         self._fh = None
         self._pending = b""
         self._opened = False
+        self._skip_from = None
 
     def _open(self) -> BinaryIO:
         path = self.files.path_of(self.position.file)
@@ -309,35 +318,38 @@ class RelayLogReader:
                 self.decoder.decode(raw, 0, len(raw), offset)
         self.decoder.abandon_transaction()
 
-    def _skip_ahead(self, position: RelayPosition) -> bool:
-        """Move forward inside the open file without reopening it (False: not possible).
+    def _skip_ahead(self, fh: BinaryIO, start: int) -> bool:
+        """Go on from ``start`` (where decoding stopped) to the position a seek set,
+        in the open file (False: it is not the file of that name any more).
 
-        The decoder has seen every control event up to the read position, so only
-        the stretch skipped needs walking. Reopening would prime from the file's
+        The decoder has seen every control event up to ``start``, so only the
+        stretch skipped needs walking. Reopening would prime from the file's
         start (or its last walk), walking the headers of everything decoded since:
         a prefetcher overtaken now and then walked its whole relay log a second time.
         """
-        fh, here = self._fh, self.position
-        if fh is None or position.file != here.file or position.offset < here.offset:
-            return False
         own = os.fstat(fh.fileno())
         try:
-            st = os.stat(self.files.path_of(position.file))
+            st = os.stat(self.files.path_of(self.position.file))
         except OSError:
             return False  # gone: the reopen says why
         if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
             return False  # a new file of the same name (the relay log started anew)
         found: list[tuple[int, bytes]] = []
-        _walk(fh, here.offset, position.offset, own.st_size, found)
+        _walk(fh, start, self.position.offset, own.st_size, found)
         for offset, raw in found:
             self.decoder.decode(raw, 0, len(raw), offset)
-        fh.seek(position.offset)
-        self._pending = b""
+        self.decoder.abandon_transaction()
+        fh.seek(self.position.offset)
         return True
 
     def _read_some(self, out: list[Event | Resynced], want: int) -> int:
         """Read and decode one chunk; return the bytes consumed (0 at EOF)."""
         fh = self._fh
+        if fh is not None and self._skip_from is not None:
+            start, self._skip_from = self._skip_from, None
+            if not self._skip_ahead(fh, start):
+                self._close()
+                fh = None
         if fh is None:
             try:
                 fh = self._open()

@@ -22,6 +22,7 @@ import threading
 import time
 from pathlib import Path
 
+from lagd.daemon.main import tune_gc
 from lagd.mysql.endpoint import Endpoint
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.prefetch.service import PrefetchOptions, build_engine
@@ -65,6 +66,7 @@ async def main(spec: dict) -> None:
     logging.getLogger("lagd").setLevel(logging.INFO)
     if spec.get("nice"):
         os.nice(int(spec["nice"]))  # as the systemd unit's Nice= does for lagd run
+    tune_gc()  # as lagd run does
     endpoint = Endpoint(spec["host"], spec["port"], spec["user"], spec["password"])
     opts = PrefetchOptions(**spec.get("options", {}))
     engine = await build_engine(

@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                 f.write(json.dumps(run_record(r)) + "\n")
             print(f"{workload:<10} {mode:<12} {r.seconds:7.1f} s {r.rate:9,.0f} rows/s "
                   f"{r.pool_reads:9d} pool reads  server CPU {r.server_cpu:.1f} s  {r.server_io}"
-                  + (f"  lagd CPU {r.lagd_cpu:.1f} s  gate {gate_summary(r)}" if r.lagd_cpu else ""),
+                  + (f"  lagd CPU {r.lagd_cpu:.1f} s {(r.prefetch or {}).get('thread_cpu')}"
+                     f"  gate {gate_summary(r)}" if r.lagd_cpu else ""),
                   flush=True)
     report = summarise(results, meta)
     print(report["table"])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from test_rewrite_sql import ACCEPTED, REFUSED
@@ -241,3 +242,18 @@ def test_refusals_hold_for_random_literals(sql: str, skipped: str) -> None:
         if again is None or again[0] != shape:
             continue
         assert rewrite_statement_sql(variant, "s").skipped == skipped, variant
+
+
+def test_the_scanners_prefilter_never_changes_a_match():
+    # The lookahead only skips positions where no alternative can start: the
+    # scanner without it must find the same literals, comments and identifiers.
+    from lagd.prefetch import fingerprint as fp  # noqa: PLC0415 - its private scanner
+    head = fp._SCAN.pattern.index("(?:")
+    bare = re.compile(fp._SCAN.pattern[head + 3 : -1], re.S)
+    alphabet = [*"'\"`/*-#xXbB0123456789.eE+ \n\t\\abc,()=<>@$_", "0x", "0b", "x'", "b'", "/*", "*/",
+                "--", "-- ", "1e5", "IN ("]
+    rng = random.Random(5)
+    for _ in range(20000):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert [(m.span(), m.lastgroup) for m in fp._SCAN.finditer(s)] == \
+            [(m.span(), m.lastgroup) for m in bare.finditer(s)], s

@@ -244,3 +244,44 @@ def test_close_closes_the_file_and_the_resolvers_session(tmp_path):
     assert resolver.closed == 1
     r.close()  # twice is harmless
     assert resolver.closed == 2
+
+def _events_from(r: RelayLogReader) -> list[tuple[str, str, int]]:
+    out = []
+    while not r.at_tail:
+        out += [(type(e).__name__, e.relay_file, e.relay_offset) for e in r.read(200)
+                if hasattr(e, "relay_offset")]
+    return out
+
+
+def test_a_forward_seek_in_the_open_file_reads_what_a_fresh_reader_reads(tmp_path):
+    # A second copy of the log after the first: its FDE sits mid-file, as a
+    # source's does in a relay log after the source rotated.
+    d = RelayDir(tmp_path)
+    d.add(1, LOG + LOG[4:])
+    starts = [e.relay_offset for e in RelayLogReader(LogFiles(d.index)).read()
+              if type(e).__name__ == "TransactionStart"]
+    assert len(starts) == 2 * TRX_PER_FILE
+    target = RelayPosition(d.name(1), starts[-1])  # past the second FDE
+    r = RelayLogReader(LogFiles(d.index), RelayPosition(d.name(1), 4))
+    r.read(200)
+    handle = r._fh
+    r.seek(RelayPosition(d.name(1), starts[-2]))  # two seeks before the next read
+    r.seek(target)
+    fresh = RelayLogReader(LogFiles(d.index), target)
+    assert _events_from(r) == _events_from(fresh) != []
+    assert r._fh is handle  # kept open: only the skipped stretch was walked
+
+
+def test_a_seek_into_a_new_file_of_the_same_name_reopens_it(tmp_path):
+    d = RelayDir(tmp_path)
+    d.add(1)
+    r = RelayLogReader(LogFiles(d.index), RelayPosition(d.name(1), 4))
+    r.read(200)
+    # The relay log started anew under the same name (a new inode), twice as long.
+    new = tmp_path / "new"
+    new.write_bytes(LOG + LOG[4:])
+    os.replace(new, tmp_path / d.name(1))
+    target = RelayPosition(d.name(1), len(LOG))  # where the second copy starts
+    r.seek(target)
+    fresh = RelayLogReader(LogFiles(d.index), target)
+    assert _events_from(r) == _events_from(fresh) != []

@@ -8,6 +8,7 @@ anew. Waits are bounded by a deadline; nothing asserts how long a step took.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import math
 import time
@@ -30,7 +31,7 @@ from runtime_fakes import (
 from lagd.config import PrefetchSettings
 from lagd.daemon.collect import HUNG_FIX
 from lagd.daemon.http import readiness
-from lagd.daemon.main import STOP_BUDGET
+from lagd.daemon.main import STOP_BUDGET, YOUNG_GC_THRESHOLD, tune_gc
 from lagd.daemon.runtime import Prefetcher, Runtime, counted_down, overdue, restart_reason, withhold
 from lagd.errors import LagdError, NotAReplicaError
 from lagd.lag import LagMethod, ReplicaState
@@ -488,3 +489,14 @@ def test_the_eta_is_counted_down_to_the_moment_it_is_served(eta: float | None, a
     base = LagTracker().update(LagInputs(now=1000.0, monotonic=1.0, status=None))
     got = counted_down(_replace(base, eta=eta), 1000.0 + age).eta
     assert got == (pytest.approx(want) if want is not None and math.isfinite(want) else want)
+
+
+def test_tune_gc_raises_only_the_young_threshold_and_freezes_what_start_up_made() -> None:
+    before = gc.get_threshold()
+    try:
+        tune_gc()
+        assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, before[1], before[2])
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

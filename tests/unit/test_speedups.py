@@ -10,6 +10,8 @@ the unit tests once more with LAGD_PURE_PYTHON=1 so both paths are covered.
 from __future__ import annotations
 
 import random
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -79,3 +81,96 @@ def test_chunked_reading_gives_the_same_events():
     for chunk in (40, 97, 300):
         assert decode(buf, True, True, chunk)[0] == whole
         assert decode(buf, False, True, chunk)[0] == whole
+
+
+# ----- statement-based transactions, built event by event ---------------------------
+
+def _event(typ: int, body: bytes, crc: bool, ts: int = 1_700_000_000) -> bytes:
+    size = 19 + len(body) + (4 if crc else 0)
+    raw = struct.pack("<IBIIIH", ts, typ, 1, size, 0, 0) + body
+    return raw + struct.pack("<I", zlib.crc32(raw)) if crc else raw
+
+
+def _gtid(seq: int, crc: bool) -> bytes:
+    return _event(162, struct.pack("<QIB", seq, 0, 0) + bytes(6), crc)
+
+
+def _query(sql: bytes, schema: bytes, crc: bool) -> bytes:
+    status = b"\x00\x00\x00\x00\x00"  # flags2 (code 0): a real status block to skip
+    head = struct.pack("<IIBHH", 7, 3, len(schema), 0, len(status))
+    return _event(2, head + status + schema + b"\x00" + sql, crc)
+
+
+def _xid(n: int, crc: bool) -> bytes:
+    return _event(16, struct.pack("<Q", n), crc)
+
+
+STATEMENTS = [  # (sql, schema): what the C path takes, and what it leaves to Python
+    (b"UPDATE t SET c = 'x' WHERE id = 2", b"db"),
+    (b"delete from t where id = 3", b"db"),
+    (b"INSERT INTO t VALUES (1)", b""),  # no default schema
+    (b"REPLACE INTO t VALUES (1)", b"db"),
+    (b"UPDATE t SET c = '\xff\xfe' WHERE id = 4", b"db"),  # not UTF-8: surrogate escapes
+    (b"Update t SET c = 1", b"d\xffb"),  # a schema name not UTF-8
+    (b"  UPDATE t SET c = 1", b"db"),  # leading space: the Python loop's
+    (b"/* hint */ DELETE FROM t", b"db"),  # a comment first: the Python loop's
+    (b"UPDATEX t", b"db"),  # not a DML verb: a DDL-like statement to Python
+    (b"CALL p()", b"db"),  # DML, but not one the C path takes
+    (b"UPDATE", b"db"),  # the verb alone
+]
+
+
+def _statement_log() -> tuple[bytes, bool]:
+    """The fixture's header (its FDE decides checksums), then one transaction per statement,
+    one with BEGIN and two statements, and one the C path must give back (a standalone GTID)."""
+    prefix = LOG_MARIADB[:_first_of(LOG_MARIADB, 162)]
+    dec = EventDecoder(TableMapResolver())
+    dec.start_file("relay-bin.000001")
+    dec.decode(prefix, 4, len(prefix), 0)
+    crc = dec.crc
+    body = b"".join(_gtid(i + 1, crc) + _query(sql, schema, crc) + _xid(i, crc)
+                    for i, (sql, schema) in enumerate(STATEMENTS))
+    body += (_gtid(100, crc) + _query(b"BEGIN", b"db", crc) + _query(b"UPDATE t SET c = 1", b"db", crc)
+             + _query(b"DELETE FROM t WHERE id = 9", b"db", crc) + _xid(100, crc))
+    return prefix + body, crc
+
+
+LOG_MARIADB = (FIXTURES / "mariadb-bin.000001").read_bytes()
+
+
+def _first_of(buf: bytes, typ: int) -> int:
+    pos = 4
+    while buf[pos + 4] != typ:
+        pos += int.from_bytes(buf[pos + 9 : pos + 13], "little")
+    return pos
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_statement_transactions_give_the_same_events_on_both_paths(verify):
+    buf, _crc = _statement_log()
+    fast = decode(buf, True, verify)
+    slow = decode(buf, False, verify)
+    assert fast[0] == slow[0]
+    assert fast[1] == slow[1] == len(buf)
+    for field in ("events", "transactions", "corrupt_events"):
+        assert getattr(fast[2], field) == getattr(slow[2], field), field
+    kinds = [type(e).__name__ for e in fast[0]]
+    assert kinds.count("Statement") == 2 + sum(1 for sql, _ in STATEMENTS if sql != b"UPDATEX t")
+
+
+def test_plain_statement_transactions_are_taken_by_the_c_path(monkeypatch):
+    buf, _crc = _statement_log()
+    seen: list[bytes] = []
+    real = EventDecoder._query
+
+    def spy(self, b, pos, *rest):  # the Python loop's Query handler
+        seen.append(b[pos : pos + int.from_bytes(b[pos + 9 : pos + 13], "little")])
+        return real(self, b, pos, *rest)
+
+    monkeypatch.setattr(EventDecoder, "_query", spy)
+    decode(buf, True, True)
+    by_python = b"".join(seen)
+    for sql, _schema in STATEMENTS[:6]:
+        assert sql not in by_python
+    for sql, _schema in STATEMENTS[6:]:
+        assert sql in by_python

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import signal
@@ -64,6 +65,26 @@ def setup_logging(settings: Settings) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(settings.log.level.upper())
+
+
+YOUNG_GC_THRESHOLD = 10_000  # net new container objects between two young collections
+
+
+def tune_gc() -> None:
+    """Collect reference cycles less often than Python's default (700).
+
+    A relay-log read holds a few thousand container objects (events, row
+    images) until the engine has consumed them: with the default, each read
+    was traversed by several young collections and promoted into the older
+    generations, 28% of the cursor thread's CPU in a catch-up (about 2 µs a
+    row; benchmarks: 0-2 collections a catch-up now, about 430 before). lagd
+    makes few cycles (the young collections found 0-63 objects a catch-up).
+    What start-up made (modules, sqlglot's tables) is frozen: it lives as
+    long as the process, and full collections no longer walk it.
+    """
+    gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_GC_THRESHOLD, older, oldest)
 
 
 def status_line(rt: Runtime) -> str:
@@ -232,6 +253,7 @@ def run_command(config_path: Path | None) -> None:
         click.echo(f"lagd: {e}", err=True)
         sys.exit(2)
     setup_logging(settings)
+    tune_gc()
     try:
         sys.exit(asyncio.run(Daemon(settings, config_path).run()))
     except LagdError as e:

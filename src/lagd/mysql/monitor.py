@@ -86,7 +86,9 @@ class ReplicaMonitor:
 
     async def _bounded(self, aw: Awaitable[T], seconds: float) -> T:
         try:
-            return await asyncio.wait_for(aw, seconds)
+            # On this task: wait_for would make one per statement (the engine polls 50 times a second).
+            async with asyncio.timeout(seconds):
+                return await aw
         except TimeoutError as e:
             raise DatabaseError(f"{self.where}: no answer in {seconds:g} s (the server hangs or is "
                                 "overloaded)", kind=Kind.LOST, where=self.where) from e

@@ -305,6 +305,7 @@ class PrefetchEngine:
         c.events += len(batch)
         gate = self.gate
         held = gate.held_names
+        add = self.batcher.add
         for e in batch:
             if isinstance(e, RowChange):
                 c.row_changes += 1
@@ -318,7 +319,9 @@ class PrefetchEngine:
                     self._lead_rows += 1
                 if self._pending_seq is None:
                     self._pending_seq = self._seq
-                self._submit(self.batcher.add(e))
+                probes = add(e)
+                if probes:  # most rows only join a batch
+                    self._submit(probes)
             elif isinstance(e, TransactionStart):
                 self._seq += 1
                 trx = _Trx(self._seq, e.commit_time)
@@ -337,7 +340,9 @@ class PrefetchEngine:
                     # Held until the SQL thread has applied the DDL's whole transaction.
                     gate.hold(self._ddl.pop(), self._key(e.relay_file, e.relay_offset))
             elif isinstance(e, Statement):
-                self._submit(self.batcher.add_statement(e))
+                probes = self.batcher.add_statement(e)
+                if probes:
+                    self._submit(probes)
             elif isinstance(e, Ddl):
                 # Keys read before the DDL match the definition the replica has now.
                 self._submit(self.batcher.flush())
@@ -447,7 +452,8 @@ class PrefetchEngine:
                     # Until the next status (the SQL thread may have moved) or the delay.
                     self._new_sample.clear()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._new_sample.wait(), delay)
+                        async with asyncio.timeout(delay):  # no task per wait, as wait_for makes
+                            await self._new_sample.wait()
                 else:
                     await asyncio.sleep(0)
         finally:

@@ -260,8 +260,16 @@ Reader = Callable[[str], str]  # path -> text (raises OSError when unreadable)
 
 
 def _read(path: str) -> str:
-    with open(path, encoding="ascii", errors="replace") as f:
-        return f.read()
+    # Plain system calls: a text-mode open() builds a buffered reader and a decoder
+    # per file, and these files are read 200-250 times a second (53 -> 32 µs a sample).
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = []
+        while chunk := os.read(fd, 65536):
+            parts.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(parts).decode("ascii", "replace")
 
 
 def read_thread(tid: int, at: float, read: Reader = _read) -> ThreadSample | None:

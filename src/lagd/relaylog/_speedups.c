@@ -6,9 +6,11 @@
  *    object.__setattr__, ~100 ns a field here). Generic setattr bypasses the
  *    class's frozen __setattr__ and sets the same slots: the same object.
  *
- * 2. fast_transactions(...): decode whole row-based transactions of the
- *    common shape -- GTID, [BEGIN], [annotate], table maps already known,
- *    row events whose image decoders already exist, XID -- and append
+ * 2. fast_transactions(...): decode whole transactions of the common
+ *    shapes -- GTID, [BEGIN], [annotate], table maps already known, row
+ *    events whose image decoders already exist, XID; or GTID, DML
+ *    statements (INSERT, UPDATE, DELETE, REPLACE as the first word), XID --
+ *    and append
  *    exactly the events the Python loop in decoder.py would append, built
  *    with the same constructors and the same generated image decoders. On
  *    anything else (a new table, DDL, a partial transaction, damage) it
@@ -156,14 +158,14 @@ uuid_text(const unsigned char *u, uint64_t gno)
 /*
  * fast_transactions(buf, pos, end, base, crc_len, verify, tid_len, query_ph,
  *                   definitions, file, source_file, out,
- *                   new_start, new_end, new_row, new_rows_query, kinds)
+ *                   new_start, new_end, new_row, new_rows_query, kinds, new_statement)
  * -> (pos, events, rows, unprobeable, transactions)
  */
 static PyObject *
 fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 17) {
-        PyErr_SetString(PyExc_TypeError, "fast_transactions takes 17 arguments");
+    if (nargs != 18) {
+        PyErr_SetString(PyExc_TypeError, "fast_transactions takes 18 arguments");
         return NULL;
     }
     PyObject *bufobj = args[0];
@@ -182,7 +184,7 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     PyObject *definitions = args[8], *file = args[9], *source_file = args[10], *out = args[11];
     PyObject *new_start = args[12], *new_end = args[13], *new_row = args[14], *new_rq = args[15];
-    PyObject *kinds = args[16];
+    PyObject *kinds = args[16], *new_stmt = args[17];
     if (!PyDict_Check(definitions) || !PyList_Check(out) || !PyTuple_Check(kinds) ||
         PyTuple_GET_SIZE(kinds) != 3) {
         PyErr_SetString(PyExc_TypeError, "bad argument types");
@@ -438,12 +440,44 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 int rc = PyList_Append(out, ev);
                 Py_DECREF(ev);
                 if (rc < 0) goto error;
-            } else if (typ == 2) { /* only the BEGIN that follows a GTID */
+            } else if (typ == 2) { /* the BEGIN that follows a GTID, or a DML statement */
                 if (query_ph != 13 || body + 13 > body_end) { failed = 1; break; }
-                Py_ssize_t q = body + 13 + le16(buf + body + 11) + buf[body + 8];
-                if (q + 1 + 5 != body_end || buf[q] != 0 || memcmp(buf + q + 1, "BEGIN", 5) != 0) {
-                    failed = 1;
-                    break;
+                Py_ssize_t db_len = buf[body + 8];
+                Py_ssize_t at = body + 13 + le16(buf + body + 11); /* past the status variables */
+                if (at + db_len + 1 > body_end || buf[at + db_len] != 0) { failed = 1; break; }
+                Py_ssize_t sql = at + db_len + 1, n = body_end - sql;
+                if (n == 5 && memcmp(buf + sql, "BEGIN", 5) == 0) {
+                    /* nothing to append: the GTID began the transaction */
+                } else {
+                    /* As decoder.py's KEYWORD: the first word is the longest run of
+                       letters. Only a statement that starts with it is taken here
+                       (leading space or a comment: the Python loop's). */
+                    Py_ssize_t k = 0;
+                    char word[8];
+                    while (k < n && k < 8 && ((buf[sql + k] | 0x20) >= 'a' && (buf[sql + k] | 0x20) <= 'z')) {
+                        word[k] = (char)(buf[sql + k] | 0x20);
+                        k++;
+                    }
+                    int dml = k < 8 && (k == n || !((buf[sql + k] | 0x20) >= 'a' && (buf[sql + k] | 0x20) <= 'z'))
+                        && ((k == 6 && (memcmp(word, "insert", 6) == 0 || memcmp(word, "update", 6) == 0
+                                        || memcmp(word, "delete", 6) == 0))
+                            || (k == 7 && memcmp(word, "replace", 7) == 0));
+                    if (!dml) { failed = 1; break; }
+                    PyObject *schema = db_len
+                        ? PyUnicode_DecodeUTF8((const char *)buf + at, db_len, "replace")
+                        : Py_NewRef(Py_None);
+                    PyObject *text = PyUnicode_DecodeUTF8((const char *)buf + sql, n, "surrogateescape");
+                    PyObject *a[4] = {schema, text, PyLong_FromUnsignedLong(le32(buf + body + 4)),
+                                      PyLong_FromUnsignedLong(ts)};
+                    PyObject *ev = NULL;
+                    if (schema && text && a[2] && a[3])
+                        ev = call(new_stmt, a, 4);
+                    Py_XDECREF(schema); Py_XDECREF(text); Py_XDECREF(a[2]); Py_XDECREF(a[3]);
+                    if (ev == NULL) goto error;
+                    int rc = PyList_Append(out, ev);
+                    Py_DECREF(ev);
+                    if (rc < 0) goto error;
+                    t_statements++;
                 }
             } else if (typ == 16) { /* XID ends it */
                 if (body + 8 > body_end) { failed = 1; break; }

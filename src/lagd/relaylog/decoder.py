@@ -143,6 +143,7 @@ _new_row = constructor(RowChange)
 _new_start = constructor(TransactionStart)
 _new_end = constructor(TransactionEnd)
 _new_rows_query = constructor(RowsQuery)
+_new_statement = constructor(Statement)
 _KINDS = (RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE)
 _MARIA_GTID = struct.Struct("<QIB")
 
@@ -286,6 +287,7 @@ class EventDecoder:
                     buf, pos, end, base, 4 if self.crc else 0, verify, 6,
                     self.post_header.get(w.QUERY_EVENT, 13), definitions, self.file,
                     self.source_file, out, new_start, _new_end, _new_row, _new_rows_query, _KINDS,
+                    _new_statement,
                 )
                 if new_pos != pos:
                     # Each transaction's end forgets its table maps, as _end does

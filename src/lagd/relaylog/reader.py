@@ -114,6 +114,36 @@ class LogFiles:
         return None
 
 
+_CONTROL_TYPES = (w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT, w.MARIA_START_ENCRYPTION_EVENT)
+
+
+def _walk(fh: BinaryIO, start: int, upto: int, file_size: int,
+          controls: list[tuple[int, bytes]]) -> int:
+    """Step over event headers from ``start`` to ``upto``, appending the control
+    events met (offset, bytes) to ``controls``; the offset reached."""
+    pos = start
+    while pos < upto:
+        fh.seek(pos)
+        block = fh.read(min(1 << 20, upto - pos + 19))
+        p = 0
+        while p + 19 <= len(block) and pos + p < upto:
+            _ts, typ, _sid, size, _lp, _fl = w.HEADER.unpack_from(block, p)
+            if size < 19 or size > MAX_EVENT_SIZE:
+                return upto  # damaged: let the decoder report it when it gets there
+            if typ in _CONTROL_TYPES:
+                if p + size <= len(block):
+                    raw = block[p : p + size]
+                else:
+                    fh.seek(pos + p)
+                    raw = fh.read(min(size, max(0, file_size - pos - p)))
+                controls.append((pos + p, raw))
+            p += size
+        pos += p
+        if len(block) < 19:
+            break
+    return pos
+
+
 class RelayLogReader:
     """Reads events from a position onward; see the module docstring.
 
@@ -148,6 +178,7 @@ class RelayLogReader:
         self._synced = False
         self._resyncs_in_read = 0
         self._opened = False
+        self._skip_from: int | None = None  # a forward seek in the open file, walked by the next read
         # file -> how far its control events are known, and those events
         self._walks: dict[tuple[str, int, int], tuple[int, list[tuple[int, bytes]]]] = {}
 
@@ -219,7 +250,15 @@ class RelayLogReader:
 
     def seek(self, position: RelayPosition) -> None:
         """Start reading at ``position`` (a transaction boundary)."""
-        self._close()
+        fh, here = self._fh, self.position
+        if fh is not None and position.file == here.file and position.offset >= here.offset:
+            # Forward in the open file: the next read walks the stretch skipped
+            # (in the reader's thread: seek() may be called on an event loop).
+            if self._skip_from is None:
+                self._skip_from = here.offset  # where decoding stopped; later seeks keep it
+            self._pending = b""
+        else:
+            self._close()
         self.decoder.abandon_transaction()
         self.position = position
         self._synced = False
@@ -232,6 +271,7 @@ class RelayLogReader:
         self._fh = None
         self._pending = b""
         self._opened = False
+        self._skip_from = None
 
     def _open(self) -> BinaryIO:
         path = self.files.path_of(self.position.file)
@@ -273,30 +313,7 @@ class RelayLogReader:
         st = os.fstat(fh.fileno())
         key = (self.position.file, st.st_dev, st.st_ino)
         walked, controls = self._walks.get(key, (4, []))
-        pos = walked
-        while pos < upto:
-            fh.seek(pos)
-            block = fh.read(min(1 << 20, upto - pos + 19))
-            p = 0
-            while p + 19 <= len(block) and pos + p < upto:
-                _ts, typ, _sid, size, _lp, _fl = w.HEADER.unpack_from(block, p)
-                if size < 19 or size > MAX_EVENT_SIZE:
-                    pos = upto  # damaged: let the decoder report it when it gets there
-                    break
-                if typ in (w.FORMAT_DESCRIPTION_EVENT, w.ROTATE_EVENT, w.MARIA_START_ENCRYPTION_EVENT):
-                    if p + size <= len(block):
-                        raw = block[p : p + size]
-                    else:
-                        fh.seek(pos + p)
-                        raw = fh.read(min(size, max(0, st.st_size - pos - p)))
-                    controls.append((pos + p, raw))
-                p += size
-            else:
-                pos += p
-                if len(block) < 19:
-                    break
-                continue
-            break
+        pos = _walk(fh, walked, upto, st.st_size, controls)
         # One identity per name, and only the files seeked into lately.
         self._walks = {k: v for k, v in list(self._walks.items())[-32:] if k[0] != key[0]}
         self._walks[key] = (max(walked, min(pos, upto)), controls)
@@ -305,9 +322,38 @@ class RelayLogReader:
                 self.decoder.decode(raw, 0, len(raw), offset)
         self.decoder.abandon_transaction()
 
+    def _skip_ahead(self, fh: BinaryIO, start: int) -> bool:
+        """Go on from ``start`` (where decoding stopped) to the position a seek set,
+        in the open file (False: it is not the file of that name any more).
+
+        The decoder has seen every control event up to ``start``, so only the
+        stretch skipped needs walking. Reopening would prime from the file's
+        start (or its last walk), walking the headers of everything decoded since:
+        a prefetcher overtaken now and then walked its whole relay log a second time.
+        """
+        own = os.fstat(fh.fileno())
+        try:
+            st = os.stat(self.files.path_of(self.position.file))
+        except OSError:
+            return False  # gone: the reopen says why
+        if (st.st_dev, st.st_ino) != (own.st_dev, own.st_ino):
+            return False  # a new file of the same name (the relay log started anew)
+        found: list[tuple[int, bytes]] = []
+        _walk(fh, start, self.position.offset, own.st_size, found)
+        for offset, raw in found:
+            self.decoder.decode(raw, 0, len(raw), offset)
+        self.decoder.abandon_transaction()
+        fh.seek(self.position.offset)
+        return True
+
     def _read_some(self, out: list[Event | Resynced], want: int) -> int:
         """Read and decode one chunk; return the bytes consumed (0 at EOF)."""
         fh = self._fh
+        if fh is not None and self._skip_from is not None:
+            start, self._skip_from = self._skip_from, None
+            if not self._skip_ahead(fh, start):
+                self._close()
+                fh = None
         if fh is None:
             try:
                 fh = self._open()

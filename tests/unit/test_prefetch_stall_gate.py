@@ -255,6 +255,14 @@ def test_a_shut_gate_does_not_measure_the_sql_thread_alone_on_transactions_probe
     assert eng.gate_state.open and eng.gate_state.rate_before == 500 * 1024
 
 
+@pytest.mark.parametrize(("threads", "hz"), [(1, 50.0), (2, 50.0), (8, 12.5), (64, 5.0)])
+def test_the_sampler_keeps_a_budget_of_thread_samples(threads: int, hz: float) -> None:
+    fake = FakeStall(threads=tuple(range(threads)))
+    eng, _pool = engine_with(fake)
+    eng._gate_check()
+    assert fake.hz == hz
+
+
 @pytest.mark.parametrize(("fake", "measuring_checks"), [
     (FakeStall(threads=(), wanted=(), looked=False), 99),  # not looked for yet: no probes meanwhile
     (FakeStall(threads=(), wanted=(7,)), 3),  # found, but /proc hides it: a few seconds, then go on

@@ -178,8 +178,11 @@ class FakePool:
 
     dropped: int = 0
 
+    tags: list[Any] = field(default_factory=list)
+
     def submit(self, probe: Any, tag: Any) -> bool:
         self.submitted.append(probe)
+        self.tags.append(tag)
         return True
 
     def drop_queued(self) -> int:
@@ -301,3 +304,12 @@ def test_statements_on_a_held_table_are_not_probed() -> None:
     asyncio.run(eng._read(1 << 16))
     assert [p.table for p in pool.submitted] == ["u"]
     assert eng.counters.skipped == {"schema_pending": 1}
+
+
+def test_a_batch_of_statements_is_tagged_with_its_oldest_transaction() -> None:
+    """In time means in time for every transaction in the batch, as for rows."""
+    reader = FakeReader([[start(100), Statement("s", "DELETE u WHERE id = 1", 0, 0), end(200),
+                          start(200), Statement("s", "DELETE u WHERE id = 2", 0, 0), end(300)]])
+    eng, pool = engine(reader)
+    asyncio.run(eng._read(1 << 16))
+    assert pool.tags and set(pool.tags) == {1}

@@ -341,6 +341,8 @@ class PrefetchEngine:
                     # Held until the SQL thread has applied the DDL's whole transaction.
                     gate.hold(self._ddl.pop(), self._key(e.relay_file, e.relay_offset))
             elif isinstance(e, Statement):
+                if self._pending_seq is None:  # as rows: a batch is in time only if in time for its oldest
+                    self._pending_seq = self._seq
                 probes = self.batcher.add_statement(e)
                 if probes:
                     self._submit(probes)

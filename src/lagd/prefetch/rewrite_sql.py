@@ -55,8 +55,9 @@ class Probe:
     covers (0 for a statement: unknown until it runs). ``covering`` is False
     when the server must also read the clustered row (prefix index,
     statement). ``source_time`` (statement probes) is the source's statement
-    time in seconds since the epoch: run with ``SET timestamp = source_time``
-    so NOW()/CURDATE() mean what they meant on the source.
+    time in seconds since the epoch: run with ``SET timestamp = source_time``,
+    NOW()/CURDATE() would mean what they meant on the source (the pool does
+    not do it yet: docs/prefetch-rewrite.md).
     """
 
     sql: str

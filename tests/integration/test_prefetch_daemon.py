@@ -54,14 +54,20 @@ def test_catch_up_with_prefetch_keeps_the_data_identical(cold_pair: Sandbox, tmp
     sb = cold_pair
     extra = "[prefetch]\nevaluate_window_seconds = 2.0\nbuffer_pool_share = 0.5\n"
     with running_daemon(sb, tmp_path, extra=extra) as d:
-        sb.stop_sql_thread()
-        write_updates(sb, 10_000, seed=1)
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=120)
-        s = d.wait_for(lambda s: s["lag"]["state"] == "idle")
-        pf = s["prefetch"]
-        print("prefetch:", pf["state"], pf["reason"], pf["counters"], pf["pool"])
-        assert checksum(sb.source) == checksum(sb.replica())
+        # The gate measures the SQL thread alone for 2 s before any probe; a
+        # busy machine can make a catch-up shorter than that (or leave no idle
+        # core for it), so another backlog follows, up to three in all.
+        for seed in (1, 11, 21):
+            sb.stop_sql_thread()
+            write_updates(sb, 10_000, seed=seed)
+            sb.start_sql_thread()
+            sb.wait_caught_up(timeout=120)
+            s = d.wait_for(lambda s: s["lag"]["state"] == "idle")
+            pf = s["prefetch"]
+            print("prefetch:", pf["state"], pf["reason"], pf["counters"], pf["pool"])
+            assert checksum(sb.source) == checksum(sb.replica())
+            if pf["counters"]["rows_probed"] > 0:
+                break
         assert pf["counters"]["row_changes"] > 0
         assert pf["counters"]["rows_probed"] > 0 and pf["pool"]["succeeded"] > 0
         assert pf["pool"]["refused"] == 0

@@ -8,10 +8,12 @@ shares one sandbox of its own, started with the replica's general log on
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,6 +28,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if _HERE in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.integration)
             item.add_marker(pytest.mark.faults)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # Under pytest-xdist the tests run in worker processes: each hands its
+    # timings to the controller, which prints the summary.
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["fault_timings"] = json.dumps(faultkit.TIMINGS)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    output = getattr(node, "workeroutput", None) or {}
+    faultkit.TIMINGS.extend(tuple(t) for t in json.loads(output.get("fault_timings", "[]")))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

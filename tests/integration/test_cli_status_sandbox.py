@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -97,8 +98,12 @@ def test_sql_thread_stopped(sql_thread_stopped: Sandbox, tmp_path: Path) -> None
 
 
 @pytest.fixture
-def lagging(sandbox: Sandbox, schema: str) -> Iterator[Sandbox]:
-    """The replica's SQL thread waits on a lock inside a transaction the source ran OLD seconds ago."""
+def lagging(sandbox: Sandbox, schema: str) -> Iterator[tuple[Sandbox, float]]:
+    """The replica's SQL thread waits on a lock inside a transaction the source ran OLD seconds ago.
+
+    Yields the sandbox and the monotonic time just before that transaction:
+    the lag then grows by a second a second, from OLD.
+    """
     sandbox.source.query(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY)")
     sandbox.wait_caught_up()
     lock = sandbox.replica().connect()
@@ -108,6 +113,7 @@ def lagging(sandbox: Sandbox, schema: str) -> Iterator[Sandbox]:
         src = sandbox.source.connect()
         try:
             with src.cursor() as cur:
+                written = time.monotonic()
                 cur.execute(f"SET TIMESTAMP = UNIX_TIMESTAMP() - {OLD}")
                 cur.execute(f"INSERT INTO `{schema}`.t VALUES (1)")
         finally:
@@ -116,19 +122,24 @@ def lagging(sandbox: Sandbox, schema: str) -> Iterator[Sandbox]:
         while (sandbox.slave_status()["Seconds_Behind_Master"] or 0) < OLD:
             assert time.monotonic() < deadline, f"no lag: {sandbox.slave_status()}"
             time.sleep(0.05)
-        yield sandbox
+        yield sandbox, written
     finally:
         lock.close()  # releases the table lock; the SQL thread goes on
         sandbox.wait_caught_up(timeout=60)
 
 
-def test_lagging(lagging: Sandbox, tmp_path: Path) -> None:
-    cfg = write_config(tmp_path, lagging)
+def test_lagging(lagging: tuple[Sandbox, float], tmp_path: Path) -> None:
+    sandbox, written = lagging
+    cfg = write_config(tmp_path, sandbox)
     result = run(cfg, "--warn", str(OLD // 2), "--crit", "100000")
+    # The servers count whole seconds: the lag is OLD plus the seconds since the
+    # transaction, one more at most for the truncated timestamp.
+    grown = time.monotonic() - written + 1
     lines = result.output.splitlines()
     assert result.exit_code == WARNING, result.output
     assert lines[0] == fallback_line(cfg)
-    assert lines[-1].startswith(f"WARNING: lag {OLD}") and f"by sbm (>= {OLD // 2} s), applying" in lines[-1]
+    shown = re.fullmatch(rf"WARNING: lag (\d+) s by sbm \(>= {OLD // 2} s\), applying.*", lines[-1])
+    assert shown and OLD <= int(shown[1]) <= OLD + grown, lines[-1]
     assert "state      applying: executed source position is behind the read position" in result.output
 
     critical = run(cfg, "--warn", "10", "--crit", str(OLD // 2), "--json")

@@ -135,39 +135,46 @@ def test_lag_methods_states_and_eta(sandbox: Sandbox, schema: str, heartbeat, wr
         bursts = [threading.Thread(target=burst, args=(i,), daemon=True) for i in range(3)]
         for b in bursts:
             b.start()
-        # Long enough that the catch-up spans many lag polls (event times have
-        # a resolution of one second on MariaDB).
-        time.sleep(30)
-        # The ETA's model: the source goes on writing while the replica catches
-        # up (lag / (speed - 1)). One session keeps writing until it has.
-        for e in stops[1:]:
-            e.set()
-        for b in bursts[1:]:
-            b.join(10)
-        sb.start_sql_thread()
-        started = time.monotonic()
-        etas: list[tuple[float, float]] = []
-        seen: list[tuple[float, object, object]] = []
-        while time.monotonic() - started < 60:
-            s = d.status()
-            if s["lag"]["state"] == "idle":
-                break
-            eta = s["lag"]["eta"]
-            seen.append((round(time.monotonic() - started, 1), eta, s["lag"]["rates"]["speed"]))
-            if isinstance(eta, int | float) and eta > 0:
-                etas.append((time.monotonic() - started, float(eta)))
-            time.sleep(0.25)
-        real = time.monotonic() - started
-        stops[0].set()
-        bursts[0].join(10)
-        print("ETA readings (at, eta, speed):", seen[:16])
-        print(f"caught up in {real:.1f} s; ETA readings (at, eta): "
-              + ", ".join(f"({a:.1f}, {e:.1f})" for a, e in etas[:12]))
-        for at, eta in etas[:1] + etas[len(etas) // 4:len(etas) // 4 + 1]:
-            print(f"ETA at {at:.1f} s: {eta:.1f} s vs {real - at:.1f} s real "
-                  f"({abs(eta - (real - at)) / max(real - at, 0.1):.0%} off)")
-        if etas:
-            at, eta = etas[len(etas) // 2]
-            remaining = real - at
-            print(f"mid-catch-up ETA {eta:.1f} s vs {remaining:.1f} s real "
-                  f"({abs(eta - remaining) / max(remaining, 0.1):.0%} off; goal within 25%)")
+        try:
+            # Long enough that the catch-up spans many lag polls (event times have
+            # a resolution of one second on MariaDB).
+            time.sleep(30)
+            # The ETA's model: the source goes on writing while the replica catches
+            # up (lag / (speed - 1)). One session keeps writing until it has.
+            for e in stops[1:]:
+                e.set()
+            for b in bursts[1:]:
+                b.join(10)
+            sb.start_sql_thread()
+            started = time.monotonic()
+            etas: list[tuple[float, float]] = []
+            seen: list[tuple[float, object, object]] = []
+            while time.monotonic() - started < 60:
+                s = d.status()
+                if s["lag"]["state"] == "idle":
+                    break
+                eta = s["lag"]["eta"]
+                seen.append((round(time.monotonic() - started, 1), eta, s["lag"]["rates"]["speed"]))
+                if isinstance(eta, int | float) and eta > 0:
+                    etas.append((time.monotonic() - started, float(eta)))
+                time.sleep(0.25)
+            real = time.monotonic() - started
+            stops[0].set()
+            bursts[0].join(10)
+            print("ETA readings (at, eta, speed):", seen[:16])
+            print(f"caught up in {real:.1f} s; ETA readings (at, eta): "
+                  + ", ".join(f"({a:.1f}, {e:.1f})" for a, e in etas[:12]))
+            for at, eta in etas[:1] + etas[len(etas) // 4:len(etas) // 4 + 1]:
+                print(f"ETA at {at:.1f} s: {eta:.1f} s vs {real - at:.1f} s real "
+                      f"({abs(eta - (real - at)) / max(real - at, 0.1):.0%} off)")
+            if etas:
+                at, eta = etas[len(etas) // 2]
+                remaining = real - at
+                print(f"mid-catch-up ETA {eta:.1f} s vs {remaining:.1f} s real "
+                      f"({abs(eta - remaining) / max(remaining, 0.1):.0%} off; goal within 25%)")
+        finally:
+            # A failed reading must not leave sessions writing into the next test's sandbox.
+            for e in stops:
+                e.set()
+            for b in bursts:
+                b.join(10)

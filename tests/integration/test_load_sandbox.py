@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections.abc import Iterator
@@ -77,20 +78,27 @@ def test_waits_while_the_sql_thread_is_stopped(sandbox: Sandbox, loader_account:
         d.wait_for(lambda s: s["lag"]["state"] == "stopped")
         proc = _lagctl(str(data), "--table", table, "--source", loader_account, "--replica-lagd", d.url,
                        "--chunk-rows", "2000", "--max-lag", "5")
+        # Its progress lines, as they come: lagctl must have asked lagd (and said
+        # why it waits) before the SQL thread starts again, however slowly it starts.
+        lines: list[str] = []
+        assert proc.stderr is not None
+        reader = threading.Thread(target=lambda: lines.extend(iter(proc.stderr.readline, "")), daemon=True)
+        reader.start()
         try:
             # Held back before the first chunk: nothing reaches the source.
-            deadline = time.monotonic() + 30
-            held = False
-            while time.monotonic() < deadline and not held:
-                time.sleep(0.5)
-                status, _body = d.get("/check?max_lag=2.5")
-                held = status == 503 and proc.poll() is None
+            deadline = time.monotonic() + 60
+            while not any("waiting:" in line for line in lines):
+                assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)
+                time.sleep(0.1)
             time.sleep(2)
-            assert proc.poll() is None, proc.communicate()
+            assert proc.poll() is None, "".join(lines)
             assert _table_sum(sandbox.source, table)[0] == 0
         finally:
             sandbox.start_sql_thread()
-        _out, err = proc.communicate(timeout=120)
+        proc.wait(timeout=120)
+        reader.join(10)
+        proc.communicate(timeout=10)  # stderr is at its end: this drains stdout and closes both
+        err = "".join(lines)
         assert proc.returncode == 0, err
         assert "waiting:" in err and "SQL thread is not running" in err
     sandbox.wait_caught_up(timeout=60)

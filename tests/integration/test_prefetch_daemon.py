@@ -16,6 +16,10 @@ from tests.integration.daemon_util import running_daemon
 # lasts long enough (seconds, not a fraction of one) for the daemon to see it.
 ROWS = 300_000
 
+# Prefetch probes only with idle cores on the machine: another test beside this
+# one could leave none (tests/conftest.py).
+pytestmark = pytest.mark.solo
+
 
 @pytest.fixture
 def cold_pair():

@@ -22,6 +22,10 @@ from tests.integration.test_relaylog_sandbox import wait_received
 
 ROWS = 300_000  # about 80 MB of rows against a 64 MB pool
 
+# The split is compared between two catch-ups: another test's load beside one of
+# them would move it (tests/conftest.py).
+pytestmark = pytest.mark.solo
+
 
 @pytest.fixture(scope="module")
 def pair() -> Iterator[Sandbox]:

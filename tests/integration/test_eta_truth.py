@@ -72,6 +72,10 @@ MIN_READINGS = 4
 MIN_POOLED = 12
 DIAG: list[str] = []  # what lagd said with each ETA reading: its lag and apply speed
 
+# The source's writer and the heartbeat are threads of this process: a test on
+# the other worker would slow them, and the forecast assumes the source's pace.
+pytestmark = pytest.mark.solo
+
 
 class Writer(threading.Thread):
     """Single-row UPDATEs on the source at ``rate`` per second; ``pause`` holds it."""

@@ -105,6 +105,14 @@ def test_inside_one_big_transaction_the_read_waits_judge(read_now: float, open_:
     assert stall_gate(stuck, w(read_now, rate=0), prefetching=True).open is open_
 
 
+def test_inside_one_big_transaction_probes_that_pay_go_on_past_the_rebase_time() -> None:
+    """Measuring alone again would wait for the rest of the transaction."""
+    g = replace(OPEN, rate_before=0.0, judged=(1.0, 0))
+    for _ in range(int(control.REBASE_SECONDS)):
+        g = stall_gate(g, w(0.3, rate=0), prefetching=True)
+        assert g.open
+
+
 @pytest.mark.parametrize(("read_share", "open_", "words"), [
     (0.15, True, "applier threads 15% waiting on disk reads (1.2 of 8 threads on average)"),
     (0.02, False, "(0.2 of 8 threads on average): its stall is not reads"),

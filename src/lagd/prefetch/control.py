@@ -396,19 +396,20 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     rate = done / wall
     rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate)} with probes;"
              f" reads {round(100 * (gate.baseline or 0.0))}% of its time before, {pct}% now")
-    pays = None
     if rate >= gate.rate_before * RAISED and gate.rate_before > 0:
         pays = f"probes speed the SQL thread up ({rates})"
-    elif gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
-        # Inside one big transaction the position does not move: the read waits
-        # are all there is to judge by.
-        pays = f"probes cut the SQL thread's read waits ({rates})"
-    if pays is not None:
         since = gate.since_base + wall
         if since >= REBASE_SECONDS:
             return Gate(False, f"{pays}; measuring it alone again: its speed of {since:.0f} s ago"
                                " is no longer the one to beat", None, True)
         return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since)
+    if gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
+        # Inside one big transaction the position does not move: the read waits
+        # are all there is to judge by. No new measurement alone here: it would
+        # have to wait for the SQL thread to pass what was probed, which is the
+        # rest of the transaction.
+        return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
+                       judged=(0.0, 0), fails=0)
     hold = _hold(gate.fails)
     return Gate(False, f"probes did not speed the SQL thread up ({rates}): backing off for {hold} s",
                 None, True, 0, hold, fails=gate.fails + 1)

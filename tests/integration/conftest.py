@@ -25,10 +25,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if _HERE in Path(item.path).resolve().parents:
             item.add_marker(pytest.mark.integration)
-            # Its ETA is judged against the real catch-up; the mark belongs in
-            # the module, which is being rewritten as this is written.
-            if Path(item.path).name == "test_eta_truth.py":
-                item.add_marker(pytest.mark.solo)
 
 
 @pytest.fixture(scope="session")

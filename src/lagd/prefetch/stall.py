@@ -50,6 +50,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lagd.prefetch import control
+
 STATES = ("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait")
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 # Where a thread blocked in D sleeps when it waits for data or metadata to be
@@ -197,9 +199,8 @@ class Verdict:
     prefetch_can_help: bool
 
 
-READ_SHARE = 0.25  # disk reads this share of the applier's time: worth warming pages
-CPU_SHARE = 0.6
-MIN_HEADROOM = 0.5  # idle cores the probes need
+# The verdict a DBA reads and the gate that decides judge by the same thresholds.
+READ_SHARE, CPU_SHARE, MIN_HEADROOM = control.READ_SHARE, control.CPU_SHARE, control.MIN_HEADROOM
 
 
 def shares(seconds: Mapping[str, float]) -> dict[str, float] | None:

@@ -259,14 +259,18 @@ class StallWindow:
         their turn to commit) most of the time, which no probe changes, so
         their read share is small even when one or two of them always wait on
         a read (8 workers: 9-15% of their time, 1-1.2 threads reading)."""
-        return self.read_share * self.seconds / self.wall if self.wall > 0 else self.read_share
+        return self._threads(self.read_share)
 
     @property
     def queued(self) -> float:
         """Applier threads runnable but waiting for a core, on average over the
         window: the queue probes would join (the queued share for one SQL thread;
         eight parallel workers on two cores queue 1.5 threads at a 19% share)."""
-        return self.cpu_wait_share * self.seconds / self.wall if self.wall > 0 else self.cpu_wait_share
+        return self._threads(self.cpu_wait_share)
+
+    def _threads(self, share: float) -> float:
+        """A share of the applier-seconds as threads in that state on average."""
+        return share * self.seconds / self.wall if self.wall > 0 else share
 
     def reads_text(self) -> str:
         pct = round(100 * self.read_share)

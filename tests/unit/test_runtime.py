@@ -247,9 +247,12 @@ async def test_after_a_restart_state_lag_and_backlog_wait_until_known(how: str) 
         await rt.poll_once()
         f.monitor.mode = "ok"
     elif how == "sql_thread_started":
-        f.monitor.status = at(f.monitor.status, FILE, 5000, sql_running=False, seconds_behind=None)
+        # Both threads: with the IO thread running on, the relay log stays (test_sql_thread_alone...).
+        f.monitor.status = at(f.monitor.status, FILE, 5000, sql_running=False, seconds_behind=None,
+                              io_state=IoState.STOPPED)
         await rt.poll_once()
-        f.monitor.status = at(f.monitor.status, FILE, 5000, sql_running=True, seconds_behind=0)
+        f.monitor.status = at(f.monitor.status, FILE, 5000, sql_running=True, seconds_behind=0,
+                              io_state=IoState.RUNNING)
     elif how == "io_thread_reconnected":
         f.monitor.status = at(f.monitor.status, FILE, 5000, io_state=IoState.CONNECTING)
         await rt.poll_once()
@@ -265,6 +268,27 @@ async def test_after_a_restart_state_lag_and_backlog_wait_until_known(how: str) 
     r = await rt.poll_once()
     assert r.state is ReplicaState.APPLYING and r.backlog is not None and r.backlog.transactions == 3
     assert r.lag is not None and r.lag > 40
+    await stop_within_budget(rt)
+
+
+@pytest.mark.asyncio
+async def test_sql_thread_alone_restarted_counts_what_it_passed_before_the_reader() -> None:
+    # The scrape test under load: 20 inserts queued behind a stopped SQL thread,
+    # which on START passed them before the reader got there. Repositioning the
+    # reader at the SQL thread lost them from the applied counter (18 for 20).
+    rt, f = runtime()
+    await running(rt)
+    f.monitor.status = at(f.monitor.status, FILE, 5000, sql_running=False, seconds_behind=None)
+    await rt.poll_once()
+    before = rt.backlog.applied_transactions
+    f.relay.log += _pending(FILE, 5000)  # not read yet: the reader sleeps at the tail
+    f.monitor.status = at(f.monitor.status, FILE, 5300, sql_running=True, seconds_behind=0)
+    await rt.poll_once()
+    assert not f.relay.readers[-1].seeks[1:], "the IO thread ran on: the relay log is the one read"
+    await until(lambda: rt.backlog.transactions == 3 or rt.backlog.applied_transactions == before + 3,
+                "the reader has read them")
+    await rt.poll_once()
+    assert rt.backlog.applied_transactions == before + 3
     await stop_within_budget(rt)
 
 
@@ -296,7 +320,9 @@ def test_restart_reason_table() -> None:
         (st, at(st, "db2-relay-bin.000008", 4), True, {FILE}, "has not read"),
         (st, at(st, FILE, 4), True, {FILE}, "moved back"),
         (st, st, False, {FILE}, "failed poll"),
-        (at(st, FILE, 5000, sql_running=False), st, True, {FILE}, "SQL thread was started"),
+        (at(st, FILE, 5000, sql_running=False, io_state=IoState.STOPPED), st, True, {FILE},
+         "SQL thread was started"),
+        (at(st, FILE, 5000, sql_running=False), st, True, {FILE}, None),  # the IO thread ran on
         (at(st, FILE, 5000, io_state=IoState.STOPPED), st, True, {FILE}, "runs again"),
         (None, st, True, None, None),
     ]

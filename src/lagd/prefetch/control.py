@@ -237,6 +237,15 @@ REBASE_SECONDS = 30.0
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
 BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to beat
 JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
+# ... unless it is this far below the rate before: then the probes are judged at once.
+# Tries that did not pay on update_k (3 keys a row, the server's CPU the limit) ran
+# the SQL thread 8-33% slower for their 3 s, and their lead's pages were read for
+# nothing after they stopped: 2 tries a 28-s catch-up cost it 7-13%. Probes that pay
+# run it 1.3-2.5x faster, so a second under 0.85x is not their noise.
+SLOWED = 0.85
+# A try that slowed the SQL thread holds the gate this many times longer than one
+# that merely did not pay: trying again soon costs the same again.
+SLOWED_HOLD = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +404,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     if w.applied is None:
         return gate
     wall, done = gate.judged[0] + w.wall, gate.judged[1] + w.applied
-    if wall < JUDGE_SECONDS:
+    slowed = gate.rate_before > 0 and done < gate.rate_before * SLOWED * wall
+    if wall < JUDGE_SECONDS and not slowed:
         return replace(gate, judged=(wall, done))
     rate = done / wall
     rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate)} with probes;"
@@ -414,6 +424,10 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # rest of the transaction.
         return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
                        judged=(0.0, 0), fails=0)
+    if slowed:
+        hold = min(MAX_HOLD_WINDOWS, SLOWED_HOLD * _hold(gate.fails))
+        return Gate(False, f"probes slowed the SQL thread down ({rates}): backing off for {hold} s",
+                    None, True, 0, hold, fails=gate.fails + 1)
     hold = _hold(gate.fails)
     return Gate(False, f"probes did not speed the SQL thread up ({rates}): backing off for {hold} s",
                 None, True, 0, hold, fails=gate.fails + 1)

@@ -116,6 +116,54 @@ def test_probe_pool(sandbox: Sandbox) -> None:
     assert view["iso"] == "READ-UNCOMMITTED" and view["tz"] == "+00:00"
 
 
+class _Probe:
+    def __init__(self, sql: str, params: tuple[Any, ...] = ()) -> None:
+        self.sql, self.params = sql, params
+
+
+def test_probe_pool_prepares_row_probes_and_keeps_statement_probes_text(sandbox: Sandbox,
+                                                                         schema: str) -> None:
+    sandbox.source.query(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, c VARCHAR(10))")
+    sandbox.source.query(f"INSERT INTO `{schema}`.t VALUES (1, 'a%b'), (2, 'ab'), (3, 'xa%')")
+    sandbox.wait_caught_up(timeout=60)
+    replica = sandbox.replica()
+
+    def status() -> dict[str, int]:
+        rows = replica.query("SHOW GLOBAL STATUS WHERE Variable_name IN "
+                             "('Com_stmt_prepare', 'Com_stmt_execute')")
+        return {r["Variable_name"]: int(r["Value"]) for r in rows}
+
+    row = f"SELECT 1 FROM `{schema}`.t FORCE INDEX (PRIMARY) WHERE id IN (%s, %s)"
+    probes = [_Probe(row, (1, 2)), _Probe(row, (2, 3)), _Probe(row, (3, 3)),
+              # a statement probe: its values in its text, a literal % written %%
+              _Probe(f"SELECT 1 FROM `{schema}`.t WHERE c LIKE 'a%%'"),
+              # the server-side timeout holds for a prepared probe too
+              _Probe(f"SELECT SLEEP(%s) FROM `{schema}`.t WHERE id IN (%s)", (3, 1))]
+
+    async def main() -> list[tuple[str, int]]:
+        done: list[tuple[str, int]] = []
+        pool = ProbePool(endpoint(sandbox).async_connect(), mariadb=True, size=1, timeout_ms=500,
+                         on_done=lambda _p, _t, o: done.append((o.status, o.rows)), queue_limit=16)
+        pool.start()
+        try:
+            for p in probes:
+                assert pool.submit(p)
+            while len(done) < len(probes):
+                await asyncio.sleep(0.05)
+        finally:
+            await pool.close()
+        return done
+
+    before = status()
+    done = asyncio.run(main())
+    after = status()
+    assert done[:4] == [("ok", 2), ("ok", 2), ("ok", 1), ("ok", 2)], done
+    assert done[4][0] == "timeout", done
+    # Two texts with arguments, each prepared once; every one of their probes executed.
+    assert after["Com_stmt_prepare"] - before["Com_stmt_prepare"] == 2
+    assert after["Com_stmt_execute"] - before["Com_stmt_execute"] == 4
+
+
 def test_lagctl(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = sandbox.replica().dsn
     cfg = tmp_path / "lagd.toml"

@@ -11,7 +11,7 @@ import sqlglot
 from sqlglot import exp
 
 from lagd.errors import LagdError
-from lagd.prefetch.rewrite import PrefetchConfigError, Probe, ProbeBatcher, plan_table
+from lagd.prefetch.rewrite import PrefetchConfigError, Probe, ProbeBatcher, padded_size, plan_table
 from lagd.relaylog import (
     Column,
     Ddl,
@@ -272,6 +272,26 @@ def test_not_null_unique_key_is_the_clustered_index() -> None:
 
 # ---- batching ----------------------------------------------------------------------
 
+@pytest.mark.parametrize(("n", "max_keys", "size"), [
+    (1, 16, 1), (2, 16, 2), (3, 16, 4), (5, 16, 8), (9, 16, 16), (16, 16, 16),
+    (17, 24, 24), (13, 12, 13),  # never cut: a full batch is max_keys already
+    (3, 3, 3), (5, 6, 6),  # max_keys not a power of two: its own size is the last
+])
+def test_padded_size(n: int, max_keys: int, size: int) -> None:
+    assert padded_size(n, max_keys) == size
+
+
+def test_a_short_batch_is_padded_with_its_last_key() -> None:
+    [probe] = probes_for(*deletes(7, 8, 9), batcher=ProbeBatcher(max_keys=16))
+    assert probe.params == (7, 8, 9, 9) and probe.rows == 3
+    assert probe.sql.count("%s") == 4
+    probes = probes_for(*[RowChange(LINES, D, (7, f"k{i}", i), None) for i in range(3)],
+                        batcher=ProbeBatcher(max_keys=16))
+    pk = next(p for p in probes if p.index == "PRIMARY")
+    assert pk.rows == 3 and pk.params == (7, "k0", 7, "k1", 7, "k2", 7, "k2")
+    assert pk.sql.count("%s") == len(pk.params) == 8
+
+
 PK_ONLY = TableInfo("shop", "kv", (col("id"),), PK, (PK,), (0,), "table_map")
 
 
@@ -288,7 +308,8 @@ def deletes(*ids: int) -> list[RowChange]:
 ], ids=["dedup-in-window", "full-batches-then-flush", "dedup-only-while-waiting", "one-key", "nothing"])
 def test_batching(max_keys: int, ids: tuple[int, ...], batches: list[tuple[int, ...]]) -> None:
     b = ProbeBatcher(max_keys=max_keys)
-    assert [p.params for p in probes_for(*deletes(*ids), batcher=b)] == batches
+    # A short batch is padded with its last key (padded_size): the keys are the first ``rows``.
+    assert [p.params[:p.rows] for p in probes_for(*deletes(*ids), batcher=b)] == batches
     assert b.pending == 0
     assert b.keys == len(ids)
     assert b.duplicates == len(ids) - sum(len(x) for x in batches)

@@ -54,13 +54,16 @@ class Endpoint:
             kw.update(host=self.host, port=self.port)
         return kw
 
-    def async_connect(self) -> Callable[[], Awaitable[Any]]:
+    def async_connect(self) -> Callable[..., Awaitable[Any]]:
         """An asyncmy connect function; the caller hardens the session (the
         monitor and the probe pool each know their own setup) and bounds every
-        await with a deadline: asyncmy has no read timeout."""
-        async def connect() -> Any:
+        await with a deadline: asyncmy has no read timeout. ``prepared``: how
+        many prepared statements the connection keeps for queries run with
+        arguments (asyncmy's statement cache; 0: none, every query is text)."""
+        async def connect(prepared: int = 0) -> Any:
             kw: dict[str, Any] = {"user": self.user, "password": self.password, "autocommit": True,
-                                  "connect_timeout": int(max(1, self.connect_timeout))}
+                                  "connect_timeout": int(max(1, self.connect_timeout)),
+                                  "stmt_cache_size": prepared}
             if self.socket:
                 kw["unix_socket"] = self.socket
             else:

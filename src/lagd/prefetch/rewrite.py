@@ -48,7 +48,7 @@ from lagd.relaylog.events import Ddl, Index, LoadData, RowChange, RowKind, State
 
 __all__ = [
     "DEFAULT_MAX_KEYS", "MAX_KEYS_LIMIT", "PrefetchConfigError", "Probe", "ProbeBatcher",
-    "StatementRewrite", "TablePlan", "plan_table", "rewrite_statement",
+    "StatementRewrite", "TablePlan", "padded_size", "plan_table", "rewrite_statement",
 ]
 
 DEFAULT_MAX_KEYS = 16
@@ -356,9 +356,13 @@ class ProbeBatcher:
                 keys = good
                 if not keys:
                     return None
+        n = len(keys)
+        size = padded_size(n, self.max_keys)
+        if size > n:
+            keys.extend([keys[-1]] * (size - n))
         params = tuple(keys) if batch.single else tuple(chain.from_iterable(keys))
         t = batch.plan.table
-        return Probe(batch.sql(len(keys)), params, t.schema, t.name, batch.index, len(keys),
+        return Probe(batch.sql(size), params, t.schema, t.name, batch.index, n,
                      batch.kind, batch.covering)
 
     def flush(self) -> list[Probe]:
@@ -373,6 +377,25 @@ class ProbeBatcher:
     def _skip_image(self, table: TableInfo) -> Sequence[Probe]:
         self._skip("no_image", f"{table.qualified}: row change without the image it needs")
         return _NO_PROBES
+
+
+def padded_size(n: int, max_keys: int) -> int:
+    """The IN list's length for ``n`` keys: the next power of two, or ``max_keys``.
+
+    The pool runs row probes as prepared statements, one per probe text and
+    connection (pool.PREPARED_PER_CONNECTION). A batch cut short by a flush
+    could have any length from 1 to ``max_keys``, so one index would need up to
+    ``max_keys`` texts and the connections' caches would churn (a prepare and a
+    close for a probe). Padded with its last key repeated (the server's range
+    optimizer reads a repeated key once), an index needs about log2(max_keys)
+    texts.
+    """
+    if n >= max_keys:
+        return n
+    size = 1
+    while size < n:
+        size <<= 1
+    return min(size, max_keys)
 
 
 def _fill(after: tuple[object, ...], before: tuple[object, ...]) -> tuple[object, ...]:

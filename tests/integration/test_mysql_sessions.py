@@ -9,6 +9,7 @@ which writes on the source.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from lagd.cli import doctor
 from lagd.config import load_settings
 from lagd.errors import NotAReplicaError
 from lagd.heartbeat.cli import SourceDsn, source_connect
-from lagd.mysql.endpoint import Endpoint
+from lagd.mysql.endpoint import IDENTITY_SQL, Endpoint, local_socket
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.mysql.session import BlockingSession, query
 from lagd.prefetch.pool import ProbePool
@@ -162,6 +163,42 @@ def test_probe_pool_prepares_row_probes_and_keeps_statement_probes_text(sandbox:
     # Two texts with arguments, each prepared once; every one of their probes executed.
     assert after["Com_stmt_prepare"] - before["Com_stmt_prepare"] == 2
     assert after["Com_stmt_execute"] - before["Com_stmt_execute"] == 4
+
+
+def _identity(e: Endpoint) -> tuple[dict[str, Any], list[str]]:
+    async def main() -> tuple[dict[str, Any], list[str]]:
+        mon = ReplicaMonitor.of(e)
+        try:
+            return (await mon.query(IDENTITY_SQL))[0], [str(next(iter(r.values())))
+                                                        for r in await mon.query("SHOW GRANTS")]
+        finally:
+            await mon.close()
+    return asyncio.run(main())
+
+
+def test_probes_take_the_replicas_own_socket_only_to_the_same_server_and_grants(sandbox: Sandbox) -> None:
+    tcp = endpoint(sandbox)
+    identity, grants = _identity(tcp)
+    via, why = asyncio.run(local_socket(tcp, identity, grants))
+    assert via is not None and via.socket == str(sandbox.replica().socket_path), why
+    # A socket that reaches another server (a container's /run, say): TCP it stays.
+    other, why = asyncio.run(local_socket(tcp, {**identity, "server_id": 999}, grants))
+    assert other is None and "another server" in why
+    assert asyncio.run(local_socket(replace(tcp, host="db2.example"), identity, grants))[0] is None
+    # user@localhost is another account, with other grants.
+    stmts = ["SET SESSION sql_log_bin = 0",
+             "CREATE USER IF NOT EXISTS 'lagdsock'@'127.0.0.1' IDENTIFIED BY 'pw'",
+             "GRANT SELECT, PROCESS ON *.* TO 'lagdsock'@'127.0.0.1'",
+             "CREATE USER IF NOT EXISTS 'lagdsock'@'localhost' IDENTIFIED BY 'pw'"]
+    for sql in stmts:
+        sandbox.replica().query(sql)
+    try:
+        mine = replace(tcp, user="lagdsock", password="pw")
+        identity, grants = _identity(mine)
+        via, why = asyncio.run(local_socket(mine, identity, grants))
+        assert via is None and "grants differ" in why, why
+    finally:
+        sandbox.replica().query("DROP USER IF EXISTS 'lagdsock'@'127.0.0.1', 'lagdsock'@'localhost'")
 
 
 def test_lagctl(sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+import asyncio
+import os
+import re
+import stat
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import asyncmy
@@ -112,6 +116,69 @@ class Endpoint:
 
     def __repr__(self) -> str:  # never show the password
         return f"Endpoint({self.role} {self.user}@{self.address})"
+
+
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
+# Who a session is talking to, and as whom: read over TCP, then through the socket.
+IDENTITY_SQL = ("SELECT @@socket AS socket, @@port AS port, @@server_id AS server_id,"
+                " @@datadir AS datadir, CURRENT_USER() AS account")
+_GRANTEE = re.compile(r" TO .*$")
+
+
+async def local_socket(endpoint: Endpoint, identity: Mapping[str, Any], grants: Sequence[str],
+                       timeout: float = 3.0) -> tuple[Endpoint | None, str]:
+    """The same server through its unix socket, or None; and why, for the log.
+
+    lagd runs beside its replica, often configured as 127.0.0.1: over TCP
+    loopback every query's ``send()`` delivers the packet and wakes the server
+    in lagd's time, a fifth of the prefetcher's event loop (docs/prefetch.md).
+    ``identity`` (:data:`IDENTITY_SQL`) and ``grants`` (``SHOW GRANTS``) come
+    from a TCP session. The socket is used only when a session through it
+    reaches the same server (port, server id, data directory) with the same
+    privileges: a socket connection logs in as ``user@localhost``, which may
+    be another account, and in a container ``@@socket`` may name another
+    server's file.
+    """
+    if endpoint.socket:
+        return None, "the configured socket is in use"
+    if endpoint.host not in LOOPBACK:
+        return None, f"{endpoint.host} is not this host"
+    path = str(identity.get("socket") or "")
+    if not path:
+        return None, "the server has no socket"
+    try:
+        if not stat.S_ISSOCK(os.stat(path).st_mode):
+            return None, f"{path} is not a socket"
+        if not os.access(path, os.R_OK | os.W_OK):
+            return None, f"{path}: no access"
+    except OSError as e:
+        return None, f"{path}: {e.strerror or e}"
+    via = replace(endpoint, socket=path)
+    try:
+        conn = await asyncio.wait_for(via.async_connect()(), timeout)
+    except Exception as e:  # another account, a full server: TCP it stays
+        return None, f"{path}: {translate(e, via.where).message}"
+    try:
+        async def ask() -> tuple[dict[str, Any], list[str]]:
+            async with conn.cursor() as cur:
+                await cur.execute(IDENTITY_SQL)
+                row = await cur.fetchone()
+                names = [d[0] for d in cur.description]
+                await cur.execute("SHOW GRANTS")
+                return dict(zip(names, row, strict=True)), [r[0] for r in await cur.fetchall()]
+        there, their_grants = await asyncio.wait_for(ask(), timeout)
+    except Exception as e:
+        return None, f"{path}: {translate(e, via.where).message}"
+    finally:
+        conn.close()
+    for key in ("port", "server_id", "datadir"):
+        if str(there.get(key)) != str(identity.get(key)):
+            return None, f"{path} is another server ({key} {there.get(key)} != {identity.get(key)})"
+    if there.get("account") != identity.get("account") and \
+            sorted(_GRANTEE.sub("", g) for g in their_grants) != sorted(_GRANTEE.sub("", g) for g in grants):
+        return None, (f"{path} logs in as {there.get('account')}, whose grants differ from"
+                      f" {identity.get('account')}'s")
+    return via, f"the replica's own socket {path}: the same server and grants as over TCP"
 
 
 def hardening_sql(mariadb: bool, statement_timeout_s: float, *, lock_wait_timeout_s: int = 1,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -9,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lagd.errors import LagdError
-from lagd.mysql.endpoint import Endpoint
+from lagd.mysql.endpoint import IDENTITY_SQL, Endpoint, local_socket
 from lagd.mysql.monitor import ReplicaMonitor
 from lagd.mysql.replica import relay_log_index
 from lagd.prefetch import control
@@ -21,6 +22,8 @@ from lagd.relaylog import InformationSchemaResolver, LogFiles, RelayLogError, Re
 # relay_log_index lives in lagd.mysql.replica; re-exported while callers move there.
 __all__ = ["PrefetchOptions", "build_engine", "check_readable", "information_schema_connect",
            "relay_log_index"]
+
+log = logging.getLogger("lagd.prefetch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,20 @@ def information_schema_connect(endpoint: Endpoint) -> Callable[[], Any]:
     return lambda: quick.connect_blocking(statement_timeout=2.0, read_timeout=3.0)
 
 
+async def _probe_endpoint(endpoint: Endpoint, monitor: ReplicaMonitor) -> Endpoint:
+    """Where the probes connect: the replica's own unix socket when a session
+    through it is the same server with the same grants (mysql.endpoint.local_socket)."""
+    try:
+        identity = (await monitor.query(IDENTITY_SQL))[0]
+        grants = [str(next(iter(r.values()))) for r in await monitor.query("SHOW GRANTS")]
+    except Exception as e:  # the monitor says the replica's faults; the probes stay on TCP
+        log.debug("probe connections: identity not read (%s)", e)
+        return endpoint
+    via, why = await local_socket(endpoint, identity, grants)
+    log.info("probe connections: %s", why if via is not None else f"{endpoint.address} ({why})")
+    return via or endpoint
+
+
 async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factory: Callable[..., Any],
                        *, index: Path, mariadb: bool, pool_bytes: int, channel: str = "",
                        stall_monitor: StallMonitor | None = None,
@@ -107,7 +124,8 @@ async def build_engine(endpoint: Endpoint, opts: PrefetchOptions, batcher_factor
 
     resolver = InformationSchemaResolver(information_schema_connect(endpoint))
     reader = RelayLogReader(LogFiles(index), start, resolver, resync=resync, chunk_size=256 * 1024)
-    pool = ProbePool(endpoint.async_connect(), mariadb=mariadb, size=opts.connections,
+    probes = await _probe_endpoint(endpoint, monitor)
+    pool = ProbePool(probes.async_connect(), mariadb=mariadb, size=opts.connections,
                      timeout_ms=opts.statement_timeout_ms, on_done=lambda *_: None,
                      queue_limit=opts.connections * 8, where=endpoint.where,
                      connect_timeout=endpoint.connect_timeout)

@@ -147,10 +147,10 @@ async def local_socket(endpoint: Endpoint, identity: Mapping[str, Any], grants: 
     if not path:
         return None, "the server has no socket"
     try:
+        # No access(W_OK): under the unit's ProtectSystem=strict it says EROFS for a
+        # socket that connect() reaches all the same. Connecting is the test.
         if not stat.S_ISSOCK(os.stat(path).st_mode):
             return None, f"{path} is not a socket"
-        if not os.access(path, os.R_OK | os.W_OK):
-            return None, f"{path}: no access"
     except OSError as e:
         return None, f"{path}: {e.strerror or e}"
     via = replace(endpoint, socket=path)

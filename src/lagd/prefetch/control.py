@@ -243,8 +243,9 @@ JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is n
 # nothing after they stopped: 2 tries a 28-s catch-up cost it 7-13%. Probes that pay
 # run it 1.3-2.5x faster, so a second under 0.85x is not their noise.
 SLOWED = 0.85
-# A try that slowed the SQL thread holds the gate this many times longer than one
-# that merely did not pay: trying again soon costs the same again.
+# A try that left the SQL thread slower than before (by any margin over the
+# judged seconds) holds the gate this many times longer than one that merely did
+# not pay: trying again soon costs the same again.
 SLOWED_HOLD = 3
 
 
@@ -424,7 +425,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # rest of the transaction.
         return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
                        judged=(0.0, 0), fails=0)
-    if slowed:
+    if slowed or rate < gate.rate_before:
         hold = min(MAX_HOLD_WINDOWS, SLOWED_HOLD * _hold(gate.fails))
         return Gate(False, f"probes slowed the SQL thread down ({rates}): backing off for {hold} s",
                     None, True, 0, hold, fails=gate.fails + 1)

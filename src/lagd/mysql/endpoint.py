@@ -160,7 +160,10 @@ async def local_socket(endpoint: Endpoint, identity: Mapping[str, Any], grants: 
         return None, f"{path}: {translate(e, via.where).message}"
     try:
         async def ask() -> tuple[dict[str, Any], list[str]]:
+            mariadb = "mariadb" in str(getattr(conn, "server_version", "")).lower()
             async with conn.cursor() as cur:
+                for sql in hardening_sql(mariadb, timeout):  # as every lagd session is
+                    await cur.execute(sql)
                 await cur.execute(IDENTITY_SQL)
                 row = await cur.fetchone()
                 names = [d[0] for d in cur.description]

@@ -332,7 +332,7 @@ SPEC_DEFAULTS = {
     "prefetch.enabled": True, "prefetch.connections": 32, "prefetch.max_keys_per_probe": 16,
     "prefetch.statement_timeout_ms": 500, "prefetch.min_lead_transactions": 100,
     "prefetch.max_lead_transactions": 5000, "prefetch.max_lead_bytes": 64 << 20,
-    "prefetch.max_lead_seconds": 30.0, "prefetch.buffer_pool_share": 0.25, "prefetch.adaptive": True,
+    "prefetch.max_lead_seconds": 30.0, "prefetch.buffer_pool_share": 0.08, "prefetch.adaptive": True,
     "prefetch.evaluate_window_seconds": 10.0, "prefetch.schemas": (),
     "prefetch.exclude_schemas": ("mysql", "sys", "performance_schema", "information_schema"),
     "advisor.enabled": True, "advisor.lag_budget_seconds": 60.0, "advisor.big_transaction_bytes": 16 << 20,

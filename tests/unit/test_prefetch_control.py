@@ -136,3 +136,16 @@ def test_session_setup_is_read_only_with_a_timeout(mariadb, timeout_stmt):
 def test_worth_warming(probed, reads, worth):
     w = control.Window(0.0, True, 0, probed, reads, 0, 0)
     assert control.worth_warming(w) is worth
+
+
+@pytest.mark.parametrize(("pool_mb", "share", "off"), [
+    (32, 0.25, "the buffer pool holds 2048 pages (32 MB, < 64 MB)"),  # the harm check's pool
+    (64, 0.08, None),  # the sandbox's pool at the default share: a 327-page lead
+    (256, 0.08, None),
+    (1024, 0.0, "leaves the probes 64 pages"),  # a share of nothing turns prefetch off
+])
+def test_pool_too_small_judges_the_pool_and_a_share_of_nothing(pool_mb: int, share: float,
+                                                               off: str | None) -> None:
+    limits = control.limits_for(100, 5000, 64 << 20, 30.0, pool_mb << 20, share)
+    got = control.pool_too_small(limits)
+    assert (got is None) if off is None else (got is not None and off in got), got

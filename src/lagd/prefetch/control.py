@@ -38,6 +38,7 @@ class Limits:
     max_bytes: int
     max_seconds: float
     max_pages: int  # buffer_pool_share x pool pages
+    pool_pages: int = 0  # the buffer pool's pages (0: not known)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,23 +50,29 @@ class Step:
 def limits_for(min_trx: int, max_trx: int, max_bytes: int, max_seconds: float,
                pool_bytes: int, pool_share: float) -> Limits:
     return Limits(min_trx, max_trx, max_bytes, max_seconds,
-                  max(64, int(pool_bytes * pool_share) // PAGE_BYTES))
+                  max(64, int(pool_bytes * pool_share) // PAGE_BYTES), pool_bytes // PAGE_BYTES)
 
 
-MIN_PAGES = 1024  # below this page budget prefetched pages are evicted before use
+MIN_POOL_PAGES = 4096  # 64 MB: in a smaller pool prefetched pages are evicted before use
+MIN_LEAD_PAGES = 128  # a share leaving fewer is a share of (almost) nothing: 0 turns prefetch off
 
 
 def pool_too_small(limits: Limits) -> str | None:
     """Why the buffer pool is too small for prefetch to pay, or None.
 
-    Pages brought in ahead must stay until the SQL thread uses them; with a
-    budget of a few hundred pages (a pool of some tens of MB) they are evicted
-    first and every row is read twice (measured with a 32 MB pool: 2.5 reads per
-    row with prefetch against 1.6 without)."""
-    if limits.max_pages < MIN_PAGES:
-        return (f"the buffer pool share for prefetch holds {limits.max_pages} pages (< {MIN_PAGES}): "
-                "prefetched pages would be evicted before the SQL thread uses them; "
-                "raise innodb_buffer_pool_size or prefetch.buffer_pool_share")
+    Pages brought in ahead must stay until the SQL thread uses them; in a pool
+    of some tens of MB they are evicted first and every row is read twice
+    (measured with a 32 MB pool: 2.5 reads per row with prefetch against 1.6
+    without). Judged on the pool itself: the lead's share of it is kept small
+    whatever the pool (``buffer_pool_share``), for another reason (its doc in
+    config/lagd.toml)."""
+    if 0 < limits.pool_pages < MIN_POOL_PAGES:
+        return (f"the buffer pool holds {limits.pool_pages} pages ({limits.pool_pages * PAGE_BYTES >> 20} MB,"
+                f" < {MIN_POOL_PAGES * PAGE_BYTES >> 20} MB): prefetched pages would be evicted before the"
+                " SQL thread uses them; raise innodb_buffer_pool_size")
+    if limits.max_pages < MIN_LEAD_PAGES:
+        return (f"prefetch.buffer_pool_share leaves the probes {limits.max_pages} pages (< {MIN_LEAD_PAGES}):"
+                " raise it to prefetch")
     return None
 
 

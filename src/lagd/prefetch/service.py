@@ -37,7 +37,7 @@ class PrefetchOptions:
     max_lead_transactions: int = 5000
     max_lead_bytes: int = 64 << 20
     max_lead_seconds: float = 30.0
-    buffer_pool_share: float = 0.25
+    buffer_pool_share: float = 0.08
     adaptive: bool = True
     evaluate_window_seconds: float = 10.0
     schemas: tuple[str, ...] = ()

@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -35,6 +36,11 @@ def own_sandbox() -> Iterator[Sandbox]:
     finally:
         sb.replica().send_signal(signal.SIGCONT)
         sb.stop()
+
+
+def _state(pid: int | None) -> str:
+    """The process's state letter from /proc ("T": stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
 async def _ticking(aw: object) -> tuple[object, int]:
@@ -71,6 +77,12 @@ def test_hung_replica_gives_lost_errors_and_the_loop_ticks(own_sandbox: Sandbox,
             assert await session.query("SELECT 1 AS one") == [{"one": 1}]
             replica.send_signal(signal.SIGSTOP)
             try:
+                # kill() returns before the server has stopped: under a loaded CI the
+                # poll below was answered in under 50 ms (0 ticks) by a server not yet
+                # stopped. Hung means stopped.
+                until = time.monotonic() + 10
+                while _state(replica.pid) != "T" and time.monotonic() < until:
+                    await asyncio.sleep(0.01)
                 sample, ticks = await _ticking(monitor.poll())
                 assert ticks > 0
                 assert sample.status is None and sample.fault is not None  # type: ignore[attr-defined]

@@ -48,6 +48,14 @@ def replica_reader(sandbox: Sandbox) -> Iterator[Connection[Any]]:
         conn.close()
 
 
+def read_if_there(conn: Connection[Any], table: str, sid: int) -> HeartbeatRow | None:
+    """The heartbeat row, or None while the table has not reached this server."""
+    try:
+        return read_heartbeat(conn, table, sid)
+    except HeartbeatTableMissingError:
+        return None
+
+
 def wait_for(what: str, probe: Callable[[], HeartbeatRow | None], timeout: float = 30.0) -> HeartbeatRow:
     """Poll until ``probe`` returns a row; a deadline, not a timing assertion."""
     deadline = time.monotonic() + timeout
@@ -193,7 +201,9 @@ def test_heartbeat_lag_grows_while_the_sql_thread_is_stopped(
     source_reader = lagd_conn(sandbox.source)
     try:
         sandbox.wait_caught_up(timeout=30)
-        wait_for("the heartbeat on the replica", lambda: read_heartbeat(replica_reader, table, sid))
+        # The writer's thread creates the table: wait_caught_up can return before
+        # it has, and the replica then has no table yet (a CI flake under load).
+        wait_for("the heartbeat on the replica", lambda: read_if_there(replica_reader, table, sid))
 
         sandbox.stop_sql_thread()
         try:

@@ -245,10 +245,10 @@ MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second a
 BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to beat
 JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
 # ... unless it is this far below the rate before: then the probes are judged at once.
-# Tries that did not pay on update_k (3 keys a row, the server's CPU the limit) ran
-# the SQL thread 8-33% slower for their 3 s, and their lead's pages were read for
-# nothing after they stopped: 2 tries a 28-s catch-up cost it 7-13%. Probes that pay
-# run it 1.3-2.5x faster, so a second under 0.85x is not their noise.
+# Tries that did not pay on update_k (3 keys a row, at the old 25% page budget) ran
+# the SQL thread 8-33% slower for their 3 s, and cost more after they stopped than
+# while they ran: 2 tries a 28-s catch-up cost it 7-13%. Probes that pay run it
+# 1.3-2.5x faster, so a second under 0.85x is not their noise.
 SLOWED = 0.85
 # A try that left the SQL thread slower than before (by any margin over the
 # judged seconds) holds the gate this many times longer than one that merely did

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import sys
 import threading
@@ -26,6 +25,7 @@ from typing import Any
 import pymysql
 
 from lagd.sandbox.pair import Sandbox, SandboxConfig
+from tests.bench.bench_prefetch import _cpu_seconds
 
 SQL = "SELECT 1 FROM t FORCE INDEX (PRIMARY) WHERE id IN ({})".format(", ".join(["%s"] * 16))
 ROWS = 100_000
@@ -114,11 +114,6 @@ DRIVERS = {"pymysql+threads": run_pymysql_threads, "asyncmy": run_asyncmy,
            "asyncmy+prepared": run_asyncmy_prepared, "aiomysql": run_aiomysql}
 
 
-def _cpu_of(pid: int) -> float:
-    """User + system CPU seconds of a process (the replica's server)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()  # noqa: SIM115
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -144,10 +139,10 @@ def main() -> int:
         for _ in range(args.rounds):  # interleaved, best of rounds: the machine is noisy
             for name in args.drivers.split(","):
                 fn = DRIVERS[name]
-                w0, c0, s0 = time.perf_counter(), time.process_time(), _cpu_of(sb.replica().pid)
+                w0, c0, s0 = time.perf_counter(), time.process_time(), _cpu_seconds(sb.replica().pid)
                 fn(dsn, work, args.connections)
                 wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-                server = _cpu_of(sb.replica().pid) - s0
+                server = _cpu_seconds(sb.replica().pid) - s0
                 best = results.get(name)
                 if best is None or cpu < best["cpu_s"]:
                     results[name] = {"wall_s": wall, "cpu_s": cpu, "server_cpu_s": server}

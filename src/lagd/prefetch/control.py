@@ -432,7 +432,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # rest of the transaction.
         return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
                        judged=(0.0, 0), fails=0)
-    if slowed or rate < gate.rate_before:
+    if rate < gate.rate_before:  # every at-once verdict (``slowed``) is one of these
         hold = min(MAX_HOLD_WINDOWS, SLOWED_HOLD * _hold(gate.fails))
         return Gate(False, f"probes slowed the SQL thread down ({rates}): backing off for {hold} s",
                     None, True, 0, hold, fails=gate.fails + 1)

@@ -165,12 +165,17 @@ def test_probe_pool_prepares_row_probes_and_keeps_statement_probes_text(sandbox:
     assert after["Com_stmt_execute"] - before["Com_stmt_execute"] == 4
 
 
-def _identity(e: Endpoint) -> tuple[dict[str, Any], list[str]]:
-    async def main() -> tuple[dict[str, Any], list[str]]:
+def _local_socket(e: Endpoint, **instead: Any) -> tuple[Endpoint | None, str]:
+    """local_socket as the engine asks it, over a monitor's TCP session; ``instead``
+    replaces values of that session's identity row."""
+    async def main() -> tuple[Endpoint | None, str]:
         mon = ReplicaMonitor.of(e)
+
+        async def query(sql: str) -> list[dict[str, Any]]:
+            rows = await mon.query(sql)
+            return [{**rows[0], **instead}] if sql == IDENTITY_SQL else rows
         try:
-            return (await mon.query(IDENTITY_SQL))[0], [str(next(iter(r.values())))
-                                                        for r in await mon.query("SHOW GRANTS")]
+            return await local_socket(e, query)
         finally:
             await mon.close()
     return asyncio.run(main())
@@ -178,13 +183,12 @@ def _identity(e: Endpoint) -> tuple[dict[str, Any], list[str]]:
 
 def test_probes_take_the_replicas_own_socket_only_to_the_same_server_and_grants(sandbox: Sandbox) -> None:
     tcp = endpoint(sandbox)
-    identity, grants = _identity(tcp)
-    via, why = asyncio.run(local_socket(tcp, identity, grants))
+    via, why = _local_socket(tcp)
     assert via is not None and via.socket == str(sandbox.replica().socket_path), why
     # A socket that reaches another server (a container's /run, say): TCP it stays.
-    other, why = asyncio.run(local_socket(tcp, {**identity, "server_id": 999}, grants))
+    other, why = _local_socket(tcp, server_id=999)
     assert other is None and "another server" in why
-    assert asyncio.run(local_socket(replace(tcp, host="db2.example"), identity, grants))[0] is None
+    assert _local_socket(replace(tcp, host="db2.example"))[0] is None
     # user@localhost is another account, with other grants.
     stmts = ["SET SESSION sql_log_bin = 0",
              "CREATE USER IF NOT EXISTS 'lagdsock'@'127.0.0.1' IDENTIFIED BY 'pw'",
@@ -193,9 +197,7 @@ def test_probes_take_the_replicas_own_socket_only_to_the_same_server_and_grants(
     for sql in stmts:
         sandbox.replica().query(sql)
     try:
-        mine = replace(tcp, user="lagdsock", password="pw")
-        identity, grants = _identity(mine)
-        via, why = asyncio.run(local_socket(mine, identity, grants))
+        via, why = _local_socket(replace(tcp, user="lagdsock", password="pw"))
         assert via is None and "grants differ" in why, why
     finally:
         sandbox.replica().query("DROP USER IF EXISTS 'lagdsock'@'127.0.0.1', 'lagdsock'@'localhost'")

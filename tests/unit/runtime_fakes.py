@@ -63,6 +63,11 @@ class FakeMonitor:
     async def applier_trx(self) -> ApplierTrx | None:
         return self.trx
 
+    async def query(self, sql: str) -> list[dict[str, Any]]:
+        """No statement is known here: as a replica that fails them (the caller copes)."""
+        verb = sql.split(maxsplit=1)[0]
+        raise DatabaseError(f"{WHERE}: the fake monitor answers no {verb}", kind=Kind.OTHER, where=WHERE)
+
     async def close(self) -> None:
         self.closed += 1
 

@@ -6,13 +6,14 @@ import asyncio
 import os
 import re
 import stat
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import asyncmy
 import pymysql
 import pymysql.cursors
+from asyncmy.cursors import DictCursor
 
 from lagd.mysql.errors import DRIVER_ERRORS, translate
 
@@ -125,24 +126,35 @@ IDENTITY_SQL = ("SELECT @@socket AS socket, @@port AS port, @@server_id AS serve
 _GRANTEE = re.compile(r" TO .*$")
 
 
-async def local_socket(endpoint: Endpoint, identity: Mapping[str, Any], grants: Sequence[str],
-                       timeout: float = 3.0) -> tuple[Endpoint | None, str]:
+Query = Callable[[str], Awaitable[list[dict[str, Any]]]]  # one statement, rows as dicts
+
+
+async def _who(query: Query) -> tuple[dict[str, Any], list[str]]:
+    """:data:`IDENTITY_SQL`'s row and the session's ``SHOW GRANTS`` lines."""
+    identity = (await query(IDENTITY_SQL))[0]
+    return identity, [str(next(iter(r.values()))) for r in await query("SHOW GRANTS")]
+
+
+async def local_socket(endpoint: Endpoint, query: Query, timeout: float = 3.0) -> tuple[Endpoint | None, str]:
     """The same server through its unix socket, or None; and why, for the log.
 
     lagd runs beside its replica, often configured as 127.0.0.1: over TCP
     loopback every query's ``send()`` delivers the packet and wakes the server
     in lagd's time, a fifth of the prefetcher's event loop (docs/prefetch.md).
-    ``identity`` (:data:`IDENTITY_SQL`) and ``grants`` (``SHOW GRANTS``) come
-    from a TCP session. The socket is used only when a session through it
-    reaches the same server (port, server id, data directory) with the same
-    privileges: a socket connection logs in as ``user@localhost``, which may
-    be another account, and in a container ``@@socket`` may name another
-    server's file.
+    ``query`` runs a statement on a hardened TCP session (the monitor's). The
+    socket is used only when a session through it reaches the same server
+    (port, server id, data directory) with the same privileges: a socket
+    connection logs in as ``user@localhost``, which may be another account,
+    and in a container ``@@socket`` may name another server's file.
     """
     if endpoint.socket:
         return None, "the configured socket is in use"
     if endpoint.host not in LOOPBACK:
         return None, f"{endpoint.host} is not this host"
+    try:
+        identity, grants = await _who(query)
+    except Exception as e:  # the monitor says the replica's faults: TCP it stays
+        return None, f"who the server is not read ({e})"
     path = str(identity.get("socket") or "")
     if not path:
         return None, "the server has no socket"
@@ -159,17 +171,18 @@ async def local_socket(endpoint: Endpoint, identity: Mapping[str, Any], grants: 
     except Exception as e:  # another account, a full server: TCP it stays
         return None, f"{path}: {translate(e, via.where).message}"
     try:
-        async def ask() -> tuple[dict[str, Any], list[str]]:
-            mariadb = "mariadb" in str(getattr(conn, "server_version", "")).lower()
-            async with conn.cursor() as cur:
-                for sql in hardening_sql(mariadb, timeout):  # as every lagd session is
-                    await cur.execute(sql)
-                await cur.execute(IDENTITY_SQL)
-                row = await cur.fetchone()
-                names = [d[0] for d in cur.description]
-                await cur.execute("SHOW GRANTS")
-                return dict(zip(names, row, strict=True)), [r[0] for r in await cur.fetchall()]
-        there, their_grants = await asyncio.wait_for(ask(), timeout)
+        mariadb = "mariadb" in str(getattr(conn, "server_version", "")).lower()
+
+        async def ask(sql: str) -> list[dict[str, Any]]:
+            async with conn.cursor(DictCursor) as cur:
+                await cur.execute(sql)
+                return list(await cur.fetchall())
+
+        async def hardened_who() -> tuple[dict[str, Any], list[str]]:
+            for sql in hardening_sql(mariadb, timeout):  # as every lagd session is
+                await ask(sql)
+            return await _who(ask)
+        there, their_grants = await asyncio.wait_for(hardened_who(), timeout)
     except Exception as e:
         return None, f"{path}: {translate(e, via.where).message}"
     finally:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lagd.errors import LagdError
-from lagd.mysql.endpoint import IDENTITY_SQL, Endpoint, local_socket
+from lagd.mysql.endpoint import Endpoint, local_socket
 from lagd.mysql.monitor import ReplicaMonitor
 from lagd.mysql.replica import relay_log_index
 from lagd.prefetch import control
@@ -83,13 +83,7 @@ def information_schema_connect(endpoint: Endpoint) -> Callable[[], Any]:
 async def _probe_endpoint(endpoint: Endpoint, monitor: ReplicaMonitor) -> Endpoint:
     """Where the probes connect: the replica's own unix socket when a session
     through it is the same server with the same grants (mysql.endpoint.local_socket)."""
-    try:
-        identity = (await monitor.query(IDENTITY_SQL))[0]
-        grants = [str(next(iter(r.values()))) for r in await monitor.query("SHOW GRANTS")]
-    except Exception as e:  # the monitor says the replica's faults; the probes stay on TCP
-        log.debug("probe connections: identity not read (%s)", e)
-        return endpoint
-    via, why = await local_socket(endpoint, identity, grants)
+    via, why = await local_socket(endpoint, monitor.query)
     log.info("probe connections: %s", why if via is not None else f"{endpoint.address} ({why})")
     return via or endpoint
 

@@ -238,7 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--process-grant", action=argparse.BooleanOptionalAction, default=True,
                     help="grant lagd PROCESS on the replica (without it the stall gate cannot measure)")
     ap.add_argument("--pairs", type=int, default=0,
-                    help="instead of --modes: N interleaved cold,prefetch pairs per workload")
+                    help="instead of --modes: N rounds of cold/prefetch pairs, round-robin over the "
+                         "workloads, each pair in the order opposite to the one before")
     ap.add_argument("--pair-bases", default="cold",
                     help=f"with --pairs: the modes each paired with its lagd twin, of {','.join(PF_OF)}")
     ap.add_argument("--changes", type=int, default=50_000)
@@ -280,9 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(meta, indent=2))
         return 0
     plan = [(w, m) for w in wanted for m in args.modes.split(",") if m]
-    if args.pairs:  # cold, prefetch, cold, prefetch, ...: drift on a shared machine hits both alike
-        plan = [(w, m) for w in wanted for base in args.pair_bases.split(",") for _ in range(args.pairs)
-                for m in (base, PF_OF[base])]
+    if args.pairs:
+        plan = pairs_plan(wanted, args.pair_bases.split(","), args.pairs)
     if args.plan:  # "update_pk:cold,prefetch,hot;delete:cold,prefetch"
         plan = [(w, m) for part in args.plan.split(";") for w, _, ms in [part.partition(":")]
                 for m in ms.split(",") if m]
@@ -361,19 +361,39 @@ def _median(xs: list[float]) -> float:
 PF_OF = {"cold": "prefetch", "parallel": "parallel+pf", "harm_hot": "harm_hot+pf", "harm_32m": "harm_32m+pf"}
 
 
+def pairs_plan(workloads: list[str], bases: list[str], rounds: int) -> list[tuple[str, str]]:
+    """Round-robin (round 1 of every workload, then round 2, ...), so that a slow stretch of
+    the machine hits several workloads once rather than one workload N times, and each pair
+    in the order opposite to the one before (cold,prefetch then prefetch,cold): an A/A test
+    showed the second run of a pair slower by up to 13% with no lagd in either, a bias that
+    the same order in every pair would hand to one side."""
+    plan = []
+    for i in range(rounds):
+        for w in workloads:
+            for base in bases:
+                pair = [(w, base), (w, PF_OF[base])]
+                plan += pair[::-1] if i % 2 else pair
+    return plan
+
+
 def pair_ratios(results: list[Run]) -> dict[str, list[tuple[Run, Run]]]:
-    """Each run with lagd paired with the run without it just before it, per workload and
-    mode ("update_pk", "update_pk parallel", "update_pk harm_32m")."""
+    """Each run with lagd paired with its twin without lagd (the run of the same workload and
+    base mode next to it, before or after), per workload and mode ("update_pk",
+    "update_pk parallel", "update_pk harm_32m"); a run whose twin never came stays out."""
     pairs: dict[str, list[tuple[Run, Run]]] = {}
-    last: dict[tuple[str, str], Run] = {}
+    waiting: dict[tuple[str, str], Run] = {}
     base_of = {pf: base for base, pf in PF_OF.items()}
     for r in results:
-        if r.mode in PF_OF:
-            last[(r.workload, r.mode)] = r
-        elif r.mode in base_of and (r.workload, base_of[r.mode]) in last:
-            base = base_of[r.mode]
-            name = r.workload if base == "cold" else f"{r.workload} {base}"
-            pairs.setdefault(name, []).append((last.pop((r.workload, base)), r))
+        base = r.mode if r.mode in PF_OF else base_of.get(r.mode)
+        if base is None:
+            continue
+        other = waiting.get((r.workload, base))
+        if other is None or other.mode == r.mode:  # nothing to pair with, or a newer run of the same side
+            waiting[(r.workload, base)] = r
+            continue
+        del waiting[(r.workload, base)]
+        name = r.workload if base == "cold" else f"{r.workload} {base}"
+        pairs.setdefault(name, []).append((other, r) if other.mode == base else (r, other))
     return pairs
 
 

@@ -32,7 +32,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +44,7 @@ import pymysql.cursors
 
 from lagd.relaylog import LogFiles, RelayLogReader, TableMapResolver, TransactionEnd, TransactionStart
 from lagd.sandbox.pair import Sandbox, SandboxConfig
-from lagd.sandbox.server import default_cache_dir
+from lagd.sandbox.server import default_cache_dir, free_port
 from tests.bench import prefetch_setup
 
 MODES = {
@@ -63,6 +65,7 @@ SERVER_OPTIONS: dict[str, str] = {}  # extra replica options for every run (--se
 PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-options)
 PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can measure (--process-grant)
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
+LAGD = ["engine"]  # how lagd runs in the runs with it (--lagd): its engine alone, or `lagd run`
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
 
 
@@ -176,7 +179,11 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         # PROCESS (docs/prefetch.md); the sandbox's lagd account lacks it.
         for row in rep.query("SELECT Host FROM mysql.user WHERE User = %s", (rep.dsn.user,)):
             rep.query(f"GRANT PROCESS ON *.* TO '{rep.dsn.user}'@'{row['Host']}'")
-    if prefetch:
+    daemon = None
+    if prefetch and LAGD[0] == "daemon":
+        daemon = DaemonRun(sb, rep)
+        cpu0 = _cpu_seconds(daemon.pid)
+    elif prefetch:
         spec = {"host": rep.dsn.host, "port": rep.dsn.port, "user": rep.dsn.user,
                 "password": rep.dsn.password, "index": str(sb.relay_log_index()),
                 "pool_bytes": POOL_BYTES[pool], "options": PF_OPTIONS, "nice": NICE[0]}
@@ -223,6 +230,9 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     server_io = {k: status1[k] - status0[k] for k in STATUS_VARS}
     server_io["machine_busy_pct"] = round(100 * machine_busy)
     cpu = snap = None
+    if daemon is not None:
+        cpu = _cpu_seconds(daemon.pid) - cpu0
+        snap = daemon.finish()
     if child is not None:
         cpu = _cpu_seconds(child.pid) - cpu0
         child.send_signal(signal.SIGTERM)
@@ -230,6 +240,82 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
         snap = json.loads(lines[-1]) if lines else None
     return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io)
+
+class DaemonRun:
+    """`lagd run` on the replica, configured as shipped but for the benchmark's own prefetch
+    options, at the unit's nice value: the whole daemon (its relay-log tail, lag, advisor,
+    HTTP) rather than the engine alone. While it runs, /status is asked twice a second and
+    the slowest answer kept, the latency a DBA's `lagctl status` would see mid catch-up."""
+
+    def __init__(self, sb: Sandbox, rep: Any) -> None:
+        workdir = Path(rep.datadir).parent
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.log = workdir / "bench-lagd.log"
+        options = "\n".join(f"{k} = {json.dumps(v)}" for k, v in PF_OPTIONS.items())
+        config = workdir / "bench-lagd.toml"
+        config.write_text(f"""[replica]
+host = "{rep.dsn.host}"
+port = {rep.dsn.port}
+user = "{rep.dsn.user}"
+password_env = "LAGD_BENCH_PASSWORD"
+relay_log_index = "{sb.relay_log_index()}"
+
+[http]
+listen = "{self.url.removeprefix('http://')}"
+
+[prefetch]
+{options}
+""")
+        env = dict(os.environ, LAGD_BENCH_PASSWORD=rep.dsn.password)
+        with self.log.open("wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "lagd.daemon", "run", "--config", str(config)], env=env,
+                stdout=subprocess.DEVNULL, stderr=err, preexec_fn=lambda: os.nice(NICE[0]))
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 60
+        while self.status() is None:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"lagd run did not answer: {self.log.read_text()[-1500:]}")
+            time.sleep(0.2)
+        self.t0 = time.monotonic()
+        self.slowest = 0.0
+        self._done = threading.Event()
+        self._asker = threading.Thread(target=self._ask, daemon=True)
+        self._asker.start()
+
+    def status(self, timeout: float = 10.0) -> dict[str, Any] | None:
+        try:
+            with urllib.request.urlopen(f"{self.url}/status", timeout=timeout) as r:
+                return json.loads(r.read())
+        except (OSError, ValueError):
+            return None
+
+    def _ask(self) -> None:
+        while not self._done.wait(0.5):
+            t = time.monotonic()
+            got = self.status()
+            self.slowest = max(self.slowest, time.monotonic() - t if got is not None else float("inf"))
+
+    def finish(self) -> dict[str, Any]:
+        """The daemon's /status prefetch and stall sections, its gate moves (from its log)
+        and the slowest /status answer; then SIGTERM."""
+        self._done.set()
+        self._asker.join()
+        st = self.status() or {}
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        moves = []
+        for ln in self.log.read_text(errors="replace").splitlines():
+            _, sep, msg = ln.partition("prefetch gate:")
+            if sep:
+                moves.append((0.0, msg.strip()))
+        out = dict(st.get("prefetch") or {})
+        out["stall"] = st.get("stall") or {}
+        out["gate_log"] = moves
+        out["status_slowest_s"] = round(self.slowest, 3)
+        out["lagd"] = "daemon"
+        return out
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -255,6 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("docs"), help="where benchmarks.md and the plot go")
     ap.add_argument("--pf-options", default="{}", help="JSON of prefetch options (experiments)")
     ap.add_argument("--server-options", default="{}", help="JSON of extra replica options for all runs")
+    ap.add_argument("--lagd", choices=("engine", "daemon"), default="engine",
+                    help="in the runs with lagd: its prefetch engine alone, or the whole daemon (lagd run)")
     ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
     ap.add_argument("--report", type=Path, default=None,
                     help="only print the pairs table of a benchmark-runs.jsonl written earlier")
@@ -264,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         print(pairs_table(runs))
         return 0
     NICE[0] = args.nice
+    LAGD[0] = args.lagd
     set_pool(args.pool)
     PROCESS_GRANT[0] = args.process_grant
     PF_OPTIONS.update(json.loads(args.pf_options))

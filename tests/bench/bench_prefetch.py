@@ -91,6 +91,10 @@ class Run:
     prefetch: dict[str, Any] | None
     server_cpu: float = 0.0  # the replica's mariadbd, CPU seconds during the run
     server_io: dict[str, int] | None = None  # InnoDB counters' deltas during the run
+    # (seconds since start, transactions applied) about every quarter second: the SQL
+    # thread's speed through the run, e.g. how its first seconds (a pool still filling)
+    # compare with the rest, which is what the stall gate's speed to beat is measured on
+    progress: list[tuple[float, int]] | None = None
 
     @property
     def rate(self) -> float:
@@ -209,12 +213,15 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
 
     rep.query("START SLAVE SQL_THREAD")
     lag: list[tuple[float, float]] = []
+    progress: list[tuple[float, int]] = []
     while True:
         st = slave_status()
         now = time.monotonic() - t0
         pos = int(st["Exec_Master_Log_Pos"])
         i = bisect.bisect_right(ends, pos)
         lag.append((now, newest - times[i] if i < len(times) else 0.0))
+        if not progress or now - progress[-1][0] >= 0.25:
+            progress.append((round(now, 2), i))
         if pos >= target:
             break
         if st["Slave_SQL_Running"] != "Yes":
@@ -239,7 +246,8 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         out, _ = child.communicate(timeout=30)
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
         snap = json.loads(lines[-1]) if lines else None
-    return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io)
+    progress.append((round(seconds, 2), len(ends)))
+    return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io, progress)
 
 class DaemonRun:
     """`lagd run` on the replica, configured as shipped but for the benchmark's own prefetch
@@ -263,6 +271,9 @@ relay_log_index = "{sb.relay_log_index()}"
 [http]
 listen = "{self.url.removeprefix('http://')}"
 
+[log]
+format = "json"
+
 [prefetch]
 {options}
 """)
@@ -277,7 +288,7 @@ listen = "{self.url.removeprefix('http://')}"
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"lagd run did not answer: {self.log.read_text()[-1500:]}")
             time.sleep(0.2)
-        self.t0 = time.monotonic()
+        self.t0 = time.time()  # the SQL thread starts next: the gate's moves are timed from here
         self.slowest = 0.0
         self._done = threading.Event()
         self._asker = threading.Thread(target=self._ask, daemon=True)
@@ -306,9 +317,13 @@ listen = "{self.url.removeprefix('http://')}"
         self.proc.wait(60)
         moves = []
         for ln in self.log.read_text(errors="replace").splitlines():
-            _, sep, msg = ln.partition("prefetch gate:")
+            try:
+                rec = json.loads(ln)
+            except ValueError:
+                continue
+            _, sep, msg = str(rec.get("msg", "")).partition("prefetch gate:")
             if sep:
-                moves.append((0.0, msg.strip()))
+                moves.append((round(rec["ts"] - self.t0, 1), msg.strip()))
         out = dict(st.get("prefetch") or {})
         out["stall"] = st.get("stall") or {}
         out["gate_log"] = moves
@@ -405,13 +420,13 @@ def main(argv: list[str] | None = None) -> int:
 def run_record(r: Run) -> dict[str, Any]:
     return {"workload": r.workload, "mode": r.mode, "seconds": round(r.seconds, 2), "rows": r.rows,
             "pool_reads": r.pool_reads, "lagd_cpu_s": r.lagd_cpu, "server_cpu_s": round(r.server_cpu, 2),
-            "server_io": r.server_io, "prefetch": r.prefetch}
+            "server_io": r.server_io, "prefetch": r.prefetch, "progress": r.progress}
 
 
 def load_run(d: dict[str, Any], changes: int) -> Run:
     # Runs saved before statements were counted have 0 rows: the setup's changes, one a statement.
     return Run(d["workload"], d["mode"], d["seconds"], d["rows"] or changes, d["pool_reads"],
-               d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"])
+               d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"], d.get("progress"))
 
 
 def gate_summary(r: Run) -> str:

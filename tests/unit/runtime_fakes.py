@@ -167,6 +167,7 @@ class FakePrefetcher:
         self.settings = settings
         self.configured: list[PrefetchSettings] = []
         self.closed = False
+        self.running: bool | None = None  # the engine's own status poll: none yet
 
     async def run(self, stop: asyncio.Event) -> None:
         await stop.wait()
@@ -179,6 +180,9 @@ class FakePrefetcher:
 
     def gate(self) -> tuple[bool, str] | None:
         return True, "the SQL thread waits on reads: prefetching"
+
+    def sql_running(self) -> bool | None:
+        return self.running
 
     async def close(self) -> None:
         self.closed = True

@@ -195,6 +195,23 @@ async def test_runtime_measures_whether_prefetch_runs_or_not(prefetch: bool) -> 
 
 
 @pytest.mark.asyncio
+async def test_the_engines_fresher_status_says_whether_the_sql_thread_runs() -> None:
+    """The lag loop polls every poll_interval, the prefetch engine every 20-250 ms: once
+    the engine has a status, its word is the one the threads are looked for by."""
+    rt, _ = runtime(settings(prefetch={"enabled": True}))
+    fake = FakeStall(full_snapshot().stall or UNMEASURED)
+    rt.parts.stall = fake
+    rt.start()
+    try:
+        await until(lambda: rt.prefetcher is not None and len(fake.refreshed) >= 1, "prefetcher")
+        assert fake.refreshed[-1] == (True, True)  # the lag reading's word: the engine has none yet
+        rt.prefetcher.running = False  # type: ignore[union-attr]
+        await until(lambda: fake.refreshed[-1] == (False, True), "the engine's word")
+    finally:
+        await stop_within_budget(rt)
+
+
+@pytest.mark.asyncio
 async def test_unmeasured_is_absent_from_the_metrics_not_zero() -> None:
     rt, _ = runtime()
     rt.parts.stall = FakeStall(UNMEASURED)

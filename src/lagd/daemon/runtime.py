@@ -123,6 +123,11 @@ class Prefetcher(Protocol):
         """The fast gate's decision (open, reason); None when it does not use the SQL-thread split."""
         ...
 
+    def sql_running(self) -> bool | None:
+        """Whether the SQL thread ran at the engine's last status poll (every 20-250 ms,
+        far fresher than the lag poll's); None before its first."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -443,8 +448,14 @@ class Runtime:
         while stall is not None and not self._stop.is_set():
             st = self.reading.status if self.reading is not None else None
             if st is not None:
+                # The prefetch engine polls the status every 20-250 ms, the lag loop every
+                # poll_interval (1 s): through the engine's a started SQL thread is found
+                # at once, and the gate, which measures it for two seconds before any
+                # probe, starts measuring up to a second sooner.
+                running = self.prefetcher.sql_running() if self.prefetcher is not None else None
                 flavor = self.parts.monitor.flavor
-                await stall.refresh(st.sql_running, bool(flavor and flavor.is_mariadb))
+                await stall.refresh(st.sql_running if running is None else running,
+                                    bool(flavor and flavor.is_mariadb))
             await self._sleep(0.25)  # refresh asks the server only when due or the SQL thread changed
 
     def _heartbeat_health(self, cur: ReplicaReading) -> None:

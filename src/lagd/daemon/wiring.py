@@ -129,6 +129,9 @@ class EnginePrefetcher:
             return None
         return self.engine.gate_state.open, self.engine.gate_state.reason
 
+    def sql_running(self) -> bool | None:
+        return self.engine.sql_running
+
     async def close(self) -> None:
         pass  # the engine's run closed its pool; the monitor is the daemon's
 

@@ -204,6 +204,12 @@ class PrefetchEngine:
             self.gate.schema_errors += 1
             self._schema_stale.add(f"{probe.schema}.{probe.table}")
 
+    @property
+    def sql_running(self) -> bool | None:
+        """The SQL thread ran at the last status poll; None before the first or when it failed."""
+        st = self._sample.status if self._sample is not None else None
+        return None if st is None else st.sql_running
+
     def _sql_seq_estimate(self) -> float:
         """The newest transaction the SQL thread has applied, extrapolated from
         the last poll at its recent rate."""
@@ -426,6 +432,7 @@ class PrefetchEngine:
         await self._start_window()
         self._checked_rows, self._checked_reads = self.counters.rows_done, self._win["reads"]
         next_gate = self._clock() + 1.0
+        gate_threads: tuple[int, ...] = ()
         if self.stall is not None and self._stall_own:
             self.stall.start()
         try:
@@ -448,7 +455,12 @@ class PrefetchEngine:
                     # must not pay for probes for a whole window.
                     await self._quick_check(now)
                     next_check, last_quick = now + 1.0, now
-                if now >= next_gate:
+                threads = self.stall.threads if self.stall is not None else ()
+                if now >= next_gate or threads != gate_threads:
+                    # Applier threads sampled for the first time (the SQL thread started):
+                    # their first reading now rather than at the next tick, so that the
+                    # two seconds measured before any probe start here.
+                    gate_threads = threads
                     self._gate_check()
                     next_gate = now + 1.0
                 if delay > 0:

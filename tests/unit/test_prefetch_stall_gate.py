@@ -274,6 +274,33 @@ def test_a_shut_gate_does_not_measure_the_sql_thread_alone_on_transactions_probe
     assert eng.gate_state.open and eng.gate_state.rate_before == 500 * 1024
 
 
+def test_a_just_started_sql_threads_first_second_is_not_its_speed() -> None:
+    """Cold, it reads the indexes' upper levels too: its first second is slower than the
+    seconds after, and measured, it would make any probes look as if they paid."""
+    fake = FakeStall(threads=())
+    eng, _pool = engine_with(fake)
+    eng._sql_pos = (1, 0)
+    eng._gate_check()  # no thread sampled yet
+    fake.threads = (7,)  # the SQL thread started: its first sample, read at once (the run loop)
+    eng._gate_check()
+    for kib in [200, 500]:  # KiB a second: the first second cold, then one of the two measured
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + kib * 1024)
+        eng._gate_check()
+        assert not eng.gate_state.open and "measuring" in eng.gate_state.reason
+    fake.add(on_cpu=0.3, disk_read=0.7)
+    eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+    eng._gate_check()
+    assert eng.gate_state.open and eng.gate_state.rate_before == 500 * 1024
+    # Threads that change while probes run (parallel workers found again) are not a start.
+    fake.threads = (7, 8)
+    fake.add(on_cpu=0.3, disk_read=0.3)
+    eng._sql_pos = (1, eng._sql_pos[1] + 800 * 1024)
+    eng.counters.rows_probed += 10
+    eng._gate_check()
+    assert eng.gate_state.open
+
+
 @pytest.mark.parametrize(("threads", "hz"), [(1, 50.0), (2, 50.0), (8, 12.5), (64, 5.0)])
 def test_the_sampler_keeps_a_budget_of_thread_samples(threads: int, hz: float) -> None:
     fake = FakeStall(threads=tuple(range(threads)))

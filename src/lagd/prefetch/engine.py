@@ -176,6 +176,8 @@ class PrefetchEngine:
         # (while the gate is shut nothing is decoded, so rows are not counted).
         self._gate_pos: tuple[int, int] | None = None
         self._gate_at: float | None = None
+        self._gate_threads: tuple[int, ...] = ()  # the applier threads at the last gate check
+        self._threads_at: float | None = None  # when those were first seen sampled
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
         self._gate_shut_in_window = False  # the slow comparison skips such windows
@@ -432,7 +434,6 @@ class PrefetchEngine:
         await self._start_window()
         self._checked_rows, self._checked_reads = self.counters.rows_done, self._win["reads"]
         next_gate = self._clock() + 1.0
-        gate_threads: tuple[int, ...] = ()
         if self.stall is not None and self._stall_own:
             self.stall.start()
         try:
@@ -455,12 +456,9 @@ class PrefetchEngine:
                     # must not pay for probes for a whole window.
                     await self._quick_check(now)
                     next_check, last_quick = now + 1.0, now
-                threads = self.stall.threads if self.stall is not None else ()
-                if now >= next_gate or threads != gate_threads:
+                if now >= next_gate or (self.stall is not None and self.stall.threads != self._gate_threads):
                     # Applier threads sampled for the first time (the SQL thread started):
-                    # their first reading now rather than at the next tick, so that the
-                    # two seconds measured before any probe start here.
-                    gate_threads = threads
+                    # their first reading now rather than at the next tick.
                     self._gate_check()
                     next_gate = now + 1.0
                 if delay > 0:
@@ -558,7 +556,10 @@ class PrefetchEngine:
         probed = self.counters.rows_probed - self._stall_probed
         self._stall_probed = self.counters.rows_probed
         now = self._clock()
+        window_from = self._gate_at
         wall = now - self._gate_at if self._gate_at is not None else 0.0
+        if mon.threads != self._gate_threads:
+            self._gate_threads, self._threads_at = mon.threads, now
         pos, last = self._sql_pos, self._gate_pos
         # A new relay-log file in between: its bytes are not comparable; skip the second.
         applied = pos[1] - last[1] if pos is not None and last is not None and pos[0] == last[0] \
@@ -592,6 +593,13 @@ class PrefetchEngine:
         before = self.gate_state
         if window is None:
             return  # the first reading: measured from now on
+        if before.rate_before is None and self._threads_at is not None and (
+                window_from is None or window_from < self._threads_at + control.WARMUP_SECONDS):
+            # A just-started SQL thread's first second is not its speed: not measured,
+            # and no probes meanwhile (a shut gate keeps its hold).
+            if before.open:
+                self.gate_state = _MEASURING
+            return
         span = sum(window.values()) / len(mon.threads)
         w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied)
         if w is None:

@@ -76,7 +76,18 @@ constructor(PyObject *module, PyObject *args)
 
 /* ---------- 2. the transaction fast path ------------------------------ */
 
-static uint32_t crc_table[256];
+static inline uint16_t le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t le64(const unsigned char *p) { return (uint64_t)le32(p) | ((uint64_t)le32(p + 4) << 32); }
+static inline uint64_t le56(const unsigned char *p) { return (uint64_t)le32(p) | ((uint64_t)le16(p + 4) << 32) | ((uint64_t)p[6] << 48); }
+
+/* CRC-32 (the binlog's checksum), eight bytes a step ("slicing-by-8"): one table
+   lookup a byte chained on the last was about a fifth of the whole decode of a
+   row event; eight independent lookups a step let the CPU overlap them. */
+static uint32_t crc_table[8][256];
 
 static void
 crc_init(void)
@@ -85,26 +96,29 @@ crc_init(void)
         uint32_t c = i;
         for (int k = 0; k < 8; k++)
             c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-        crc_table[i] = c;
+        crc_table[0][i] = c;
     }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
 }
 
 static uint32_t
 crc32_of(const unsigned char *p, Py_ssize_t n)
 {
     uint32_t c = 0xFFFFFFFFu;
-    for (Py_ssize_t i = 0; i < n; i++)
-        c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    while (n >= 8) {
+        uint32_t lo = c ^ le32(p), hi = le32(p + 4);
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^ crc_table[5][(lo >> 16) & 0xFF]
+            ^ crc_table[4][lo >> 24] ^ crc_table[3][hi & 0xFF] ^ crc_table[2][(hi >> 8) & 0xFF]
+            ^ crc_table[1][(hi >> 16) & 0xFF] ^ crc_table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        c = crc_table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
     return c ^ 0xFFFFFFFFu;
 }
-
-static inline uint16_t le16(const unsigned char *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
-static inline uint32_t le32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
-}
-static inline uint64_t le64(const unsigned char *p) { return (uint64_t)le32(p) | ((uint64_t)le32(p + 4) << 32); }
-static inline uint64_t le56(const unsigned char *p) { return (uint64_t)le32(p) | ((uint64_t)le16(p + 4) << 32) | ((uint64_t)p[6] << 48); }
 
 /* Packed (length-encoded) integer; returns 0 on success. */
 static int

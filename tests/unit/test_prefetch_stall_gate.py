@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from lagd.prefetch import control
+from lagd.prefetch import engine as engine_module
 from lagd.prefetch.control import Gate, StallWindow, stall_gate
 from lagd.prefetch.engine import PrefetchEngine
 
@@ -402,3 +403,20 @@ def test_reads_while_the_gate_was_shut_are_not_counted_against_the_probes() -> N
     quick(eng, mon, probed=0, reads=0)  # open again: a fresh baseline
     quick(eng, mon, probed=1200, reads=1300)
     assert eng.ctl.target_transactions == target and eng.ctl.enabled
+
+
+@pytest.mark.parametrize(("state", "gate", "fast"), [
+    ("active", OPEN, True),  # probing: the lead follows the SQL thread
+    ("backed_off", engine_module._MEASURING, True),  # the speed to beat is being measured
+    ("backed_off", MEASURING, True),
+    ("backed_off", Gate(False, "88% on CPU: CPU-bound", None, True), False),  # kept out
+    ("backed_off", Gate(False, "did not pay", None, True, hold=10, fails=1), False),
+    ("active", Gate(False, "the stall is not reads", None, True), False),  # a jump left it "active"
+    ("idle", OPEN, False),  # caught up
+    ("paused", OPEN, False),  # the SQL thread is stopped
+])
+def test_the_status_is_polled_often_only_while_probes_may_run_or_the_sql_thread_is_measured(
+        state: str, gate: Gate, fast: bool) -> None:
+    eng, _ = engine_with(FakeStall())
+    eng.state, eng.gate_state = state, gate
+    assert eng._fast_polls() is fast

@@ -144,6 +144,7 @@ class PrefetchEngine:
         self.static_off = control.pool_too_small(limits)
         self._sample: Sample | None = None
         self._new_sample = asyncio.Event()
+        self._poll_now = asyncio.Event()
         self.poll_active = 0.02  # seconds between status polls while prefetching
         self.poll_idle = 0.25
         self._checked_rows = 0
@@ -397,8 +398,33 @@ class PrefetchEngine:
                 self.stall.set_threads(await self._appliers())
                 next_discovery = now + 2.0
             was_running = running
-            busy = self.state == "active"
-            await asyncio.sleep(self.poll_active if busy else self.poll_idle)
+            self._poll_now.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.poll_active if self._fast_polls() else self.poll_idle):
+                    await self._poll_now.wait()
+
+    def _fast_polls(self) -> bool:
+        """Poll the status every 20 ms only while probes may run or the SQL thread's speed
+        to beat is measured: those follow it closely. While the gate keeps prefetch out
+        (CPU-bound, not reads, backing off) the SQL thread is left alone, but for a poll
+        at each gate check (``_fresh_sample``): a status a second is all a shut gate judges by."""
+        if self.stall is None or self.state not in ("active", "backed_off"):
+            return self.state == "active"
+        g = self.gate_state
+        # Measuring too: the state reads "backed_off" then (no probes), and the speed to
+        # beat is bytes applied between two gate checks, which stale positions would skew.
+        return g.open or g.base[0] > 0 or g is _MEASURING
+
+    async def _fresh_sample(self) -> None:
+        """A status taken now, for a gate check between two slow polls: the SQL thread's
+        position at the edge of the second judged, not up to 250 ms before it."""
+        self._new_sample.clear()
+        self._poll_now.set()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(1.0):  # the status session's own deadline is shorter
+                await self._new_sample.wait()
+        if self._sample is not None:
+            self._step(self._sample, self._clock())
 
     async def _appliers(self) -> tuple[int, ...]:
         """The applier threads' OS ids; () when they cannot be seen (said once)."""
@@ -427,6 +453,7 @@ class PrefetchEngine:
     async def run(self, stop: asyncio.Event) -> None:
         self.pool.start()
         self._new_sample = asyncio.Event()
+        self._poll_now = asyncio.Event()
         poller = asyncio.create_task(self._poll_loop(stop), name="prefetch-poll")
         next_window = self._clock() + self.window_seconds
         next_check = self._clock() + 1.0
@@ -459,6 +486,8 @@ class PrefetchEngine:
                 if now >= next_gate or (self.stall is not None and self.stall.threads != self._gate_threads):
                     # Applier threads sampled for the first time (the SQL thread started):
                     # their first reading now rather than at the next tick.
+                    if not self._fast_polls():
+                        await self._fresh_sample()
                     self._gate_check()
                     next_gate = now + 1.0
                 if delay > 0:

@@ -284,9 +284,11 @@ format = "json"
                 stdout=subprocess.DEVNULL, stderr=err, preexec_fn=lambda: os.nice(NICE[0]))
         self.pid = self.proc.pid
         deadline = time.monotonic() + 60
-        while self.status() is None:
+        # Up, not merely answering: its prefetch engine watches the stopped SQL thread, as
+        # on a replica where lagd ran before the lag began (its start-up is not the catch-up's).
+        while ((self.status() or {}).get("prefetch") or {}).get("state") != "paused":
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"lagd run did not answer: {self.log.read_text()[-1500:]}")
+                raise RuntimeError(f"lagd run did not come up: {self.log.read_text()[-1500:]}")
             time.sleep(0.2)
         self.t0 = time.time()  # the SQL thread starts next: the gate's moves are timed from here
         self.slowest = 0.0

@@ -286,7 +286,13 @@ format = "json"
         deadline = time.monotonic() + 60
         # Up, not merely answering: its prefetch engine watches the stopped SQL thread, as
         # on a replica where lagd ran before the lag began (its start-up is not the catch-up's).
-        while ((self.status() or {}).get("prefetch") or {}).get("state") != "paused":
+        def up() -> bool:
+            st = self.status()
+            if st is None or PF_OPTIONS.get("enabled") is False:
+                return st is not None
+            return (st.get("prefetch") or {}).get("state") == "paused"
+
+        while not up():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"lagd run did not come up: {self.log.read_text()[-1500:]}")
             time.sleep(0.2)

@@ -486,8 +486,8 @@ class PrefetchEngine:
                 if now >= next_gate or (self.stall is not None and self.stall.threads != self._gate_threads):
                     # Applier threads sampled for the first time (the SQL thread started):
                     # their first reading now rather than at the next tick.
-                    if not self._fast_polls():
-                        await self._fresh_sample()
+                    if self.state in ("active", "backed_off") and not self._fast_polls():
+                        await self._fresh_sample()  # kept out: its polls are 250 ms apart
                     self._gate_check()
                     next_gate = now + 1.0
                 if delay > 0:

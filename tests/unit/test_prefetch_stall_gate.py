@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from lagd.prefetch import control
+from lagd.prefetch import control, stall
 from lagd.prefetch import engine as engine_module
 from lagd.prefetch.control import Gate, StallWindow, stall_gate
 from lagd.prefetch.engine import PrefetchEngine
@@ -302,12 +302,26 @@ def test_a_just_started_sql_threads_first_second_is_not_its_speed() -> None:
     assert eng.gate_state.open
 
 
-@pytest.mark.parametrize(("threads", "hz"), [(1, 50.0), (2, 50.0), (8, 12.5), (64, 5.0)])
-def test_the_sampler_keeps_a_budget_of_thread_samples(threads: int, hz: float) -> None:
-    fake = FakeStall(threads=tuple(range(threads)))
+@pytest.mark.parametrize(("threads", "budget", "hz"), [
+    (1, 100.0, 50.0), (2, 100.0, 50.0), (8, 100.0, 12.5), (64, 100.0, 5.0),  # measuring or probing
+    (1, 25.0, 25.0), (8, 25.0, 5.0),  # kept out
+    (0, 100.0, 50.0),  # none found yet
+])
+def test_the_sampler_keeps_a_budget_of_thread_samples(threads: int, budget: float, hz: float) -> None:
+    assert stall.sampling_hz(threads, budget) == hz
+
+
+@pytest.mark.parametrize(("gate", "budget"), [
+    (engine_module._MEASURING, stall.THREAD_SAMPLES_PER_S),
+    (OPEN, stall.THREAD_SAMPLES_PER_S),
+    (Gate(False, "88% on CPU: CPU-bound", None, True), stall.KEPT_OUT_SAMPLES_PER_S),
+])
+def test_the_engine_samples_in_full_only_while_it_measures_or_probes(gate: Gate, budget: float) -> None:
+    fake = FakeStall(threads=tuple(range(8)))
     eng, _pool = engine_with(fake)
+    eng.gate_state = gate
     eng._gate_check()
-    assert fake.hz == hz
+    assert fake.hz == stall.MAX_HZ and fake.budget == budget
 
 
 @pytest.mark.parametrize(("fake", "measuring_checks"), [

@@ -49,7 +49,6 @@ _CAUGHT_UP_BYTES = 4096  # Read - Exec source position under this: nothing to ge
 _PROBATION_IN_FLIGHT = 2
 _PROBATION_ROWS = 256  # rows probed on probation before the quick check must judge them
 _MEASURING = control.Gate(False, "measuring the SQL thread before prefetching", None, True)
-_THREAD_SAMPLES_PER_S = 100.0  # the stall sampler's budget while prefetching may run
 _BLIND_CHECKS = 3  # seconds to wait for the applier threads' first readings
 
 
@@ -605,12 +604,10 @@ class PrefetchEngine:
             self.gate_state = _MEASURING if mon.wanted or not mon.looked else control.UNMEASURED
             mon.hz = 5.0
             return
-        # About 100 thread-samples a second: the SQL thread at 50 Hz, eight
-        # parallel workers at 12.5 (a sample of one thread costs about 30 µs,
-        # and eight at 50 Hz took 2% of a core from a machine their own
-        # queue for a core already saturated). Their sum per second is
-        # what the gate judges, so its precision holds.
-        mon.hz = max(5.0, min(50.0, _THREAD_SAMPLES_PER_S / max(1, len(mon.threads))))
+        # The sampler's budget (stall.THREAD_SAMPLES_PER_S): in full while probes may
+        # run or the SQL thread is measured, a quarter while the gate keeps prefetch out.
+        mon.hz = stall.MAX_HZ
+        mon.budget = stall.THREAD_SAMPLES_PER_S if self._fast_polls() else stall.KEPT_OUT_SAMPLES_PER_S
         if not mon.threads:
             # Not looked for yet, or found but not yet (or never) readable in /proc:
             # wait a few seconds, then let the with/without comparison decide.

@@ -53,6 +53,24 @@ from typing import Any
 from lagd.prefetch import control
 
 STATES = ("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait")
+
+# Thread-samples a second, all applier threads together: the SQL thread at 50 Hz, eight
+# parallel workers at 12.5 (a sample of one thread costs about 30 µs, and eight at
+# 50 Hz took 2% of a core from a machine their own queue for a core already
+# saturated). Their sum per second is what the gate judges, so its precision holds.
+# While the gate keeps prefetch out it only watches for reads to rise: a quarter of
+# that. Sampling eight workers of a statement-based parallel catch-up slowed it
+# (0.86-0.96x with lagd sending no probe, 0.97-0.99x with lagd unable to see the
+# threads; benchmarks.md), so the sampler is kept to what is judged.
+THREAD_SAMPLES_PER_S = 100.0
+KEPT_OUT_SAMPLES_PER_S = 25.0
+MIN_HZ, MAX_HZ = 5.0, 50.0
+
+
+def sampling_hz(threads: int, budget: float = THREAD_SAMPLES_PER_S, wish: float = MAX_HZ) -> float:
+    """Samples a second of each thread: ``wish``, within ``budget`` thread-samples a
+    second for all of them, and never under MIN_HZ."""
+    return max(MIN_HZ, min(wish, budget / max(1, threads)))
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 # Where a thread blocked in D sleeps when it waits for data or metadata to be
 # written, not read (fsync of the redo log at commit, page write-back).
@@ -330,7 +348,8 @@ class StallMonitor:
             collections.deque(maxlen=2048)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.hz = 50.0  # samples a second; the engine lowers it while there is nothing to judge
+        self.hz = MAX_HZ  # samples a second of each thread; the engine lowers it when nothing is judged
+        self.budget = THREAD_SAMPLES_PER_S  # ... and all threads together at most this (sampling_hz)
 
     @property
     def threads(self) -> tuple[int, ...]:
@@ -397,7 +416,7 @@ class StallMonitor:
             self.hz = hz
 
         def loop() -> None:
-            while not self._stop.wait(1.0 / self.hz):
+            while not self._stop.wait(1.0 / sampling_hz(len(self._wanted), self.budget, self.hz)):
                 self.sample()
         self._stop.clear()
         self._thread = threading.Thread(target=loop, name="lagd-stall-sampler", daemon=True)

@@ -249,6 +249,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     progress.append((round(seconds, 2), len(ends)))
     return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io, progress)
 
+
 class DaemonRun:
     """`lagd run` on the replica, configured as shipped but for the benchmark's own prefetch
     options, at the unit's nice value: the whole daemon (its relay-log tail, lag, advisor,

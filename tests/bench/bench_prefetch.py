@@ -66,6 +66,12 @@ PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-o
 PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can measure (--process-grant)
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 LAGD = ["engine"]  # how lagd runs in the runs with it (--lagd): its engine alone, or `lagd run`
+SQL_WAITS = [False]  # sample the SQL thread's performance_schema waits each second (--sql-waits)
+# What --sql-waits turns on in the replica: every wait instrument, timed, and the
+# summaries by thread; a long history of single waits to see who waits long on an
+# index's tree latch, and in which mode. Costly, so both runs of a pair carry it.
+WAITS_OPTIONS = {"performance-schema": "ON", "performance-schema-instrument": "wait/%=ON",
+                 "performance-schema-events-waits-history-long-size": "1000000"}
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
 
 
@@ -95,6 +101,9 @@ class Run:
     # thread's speed through the run, e.g. how its first seconds (a pool still filling)
     # compare with the rest, which is what the stall gate's speed to beat is measured on
     progress: list[tuple[float, int]] | None = None
+    # --sql-waits: (seconds since start, {event: [count, seconds]}) deltas about every second,
+    # the SQL thread's own waits as the server's performance_schema times them
+    waits: list[tuple[float, dict[str, list[float]]]] | None = None
 
     @property
     def rate(self) -> float:
@@ -164,6 +173,8 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     rep.options["innodb-buffer-pool-size"] = pool
     rep.options["innodb-log-file-size"] = "1G"
     rep.options.update(SERVER_OPTIONS)
+    if SQL_WAITS[0]:
+        rep.options.update(WAITS_OPTIONS)
     for key in ("slave-parallel-threads", "slave-parallel-mode"):
         rep.options.pop(key, None)
     if threads:
@@ -214,7 +225,10 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     rep.query("START SLAVE SQL_THREAD")
     lag: list[tuple[float, float]] = []
     progress: list[tuple[float, int]] = []
+    waits = SqlWaits(poll_cur) if SQL_WAITS[0] else None
     while True:
+        if waits is not None:
+            waits.sample(time.monotonic() - t0)
         st = slave_status()
         now = time.monotonic() - t0
         pos = int(st["Exec_Master_Log_Pos"])
@@ -228,6 +242,8 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
             raise RuntimeError(f"the SQL thread stopped: {st['Last_SQL_Error']}")
         time.sleep(0.05)
     seconds = time.monotonic() - t0
+    if waits is not None:
+        waits.sample(seconds, force=True)
     poll.close()
     server_cpu = (_cpu_seconds(rep.pid) - server_cpu0) if rep.pid else 0.0
     busy1 = _machine_busy()
@@ -247,7 +263,64 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         lines = [ln for ln in out.splitlines() if ln.startswith("{")]
         snap = json.loads(lines[-1]) if lines else None
     progress.append((round(seconds, 2), len(ends)))
-    return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io, progress)
+    return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io, progress,
+               waits.deltas if waits is not None else None)
+
+
+class SqlWaits:
+    """The SQL thread's waits, by instrument, from performance_schema: an account of
+    where it spends its time that does not come from lagd's own /proc sampler."""
+
+    QUERY = ("SELECT s.EVENT_NAME, s.COUNT_STAR, s.SUM_TIMER_WAIT"
+             " FROM performance_schema.events_waits_summary_by_thread_by_event_name s"
+             " JOIN performance_schema.threads t USING (THREAD_ID)"
+             " WHERE t.NAME = 'thread/sql/slave_sql' AND s.COUNT_STAR > 0")
+
+    LONG = ("SELECT t.NAME AS thread, h.THREAD_ID, h.EVENT_ID, h.OPERATION, h.TIMER_WAIT,"
+            " h.OBJECT_INSTANCE_BEGIN"
+            " FROM performance_schema.events_waits_history_long h JOIN performance_schema.threads t"
+            " USING (THREAD_ID) WHERE h.EVENT_NAME = 'wait/synch/sxlock/innodb/index_tree_rw_lock'"
+            " AND h.TIMER_WAIT > 100000000")  # over 100 µs
+    HISTORY = "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'"
+
+    def __init__(self, cur: Any) -> None:
+        self.cur = cur
+        cur.execute("UPDATE performance_schema.setup_consumers SET ENABLED = 'YES'"
+                    " WHERE NAME IN ('events_waits_current', 'events_waits_history_long')")
+        self.seen: dict[int, int] = {}  # thread -> last event id counted
+        self.last: dict[str, tuple[int, int]] = {}
+        self.at = -1.0
+        self.deltas: list[tuple[float, dict[str, list[float]]]] = []
+
+    def sample(self, now: float, force: bool = False) -> None:
+        if not force and now - self.at < 1.0:
+            return
+        self.at = now
+        self.cur.execute(self.QUERY)
+        cur = {r["EVENT_NAME"]: (int(r["COUNT_STAR"]), int(r["SUM_TIMER_WAIT"])) for r in self.cur.fetchall()}
+        delta = {}
+        for name, (n, ps) in cur.items():
+            n0, ps0 = self.last.get(name, (0, 0))
+            if n > n0:
+                delta[name] = [n - n0, round((ps - ps0) / 1e12, 4)]  # picoseconds
+        self.last = cur
+        self.cur.execute(self.LONG)
+        top: dict[int, int] = {}
+        for r in self.cur.fetchall():
+            tid, eid = int(r["THREAD_ID"]), int(r["EVENT_ID"])
+            if eid <= self.seen.get(tid, 0):
+                continue
+            top[tid] = max(top.get(tid, 0), eid)
+            # The latch's address tells one index's tree latch from another's (within a run).
+            key = f"long:{r['thread']}:{r['OPERATION']}:{int(r['OBJECT_INSTANCE_BEGIN']) % 100000}"
+            n, secs = delta.get(key, [0, 0.0])
+            delta[key] = [n + 1, round(secs + int(r["TIMER_WAIT"]) / 1e12, 4)]
+        self.seen.update(top)
+        self.cur.execute(self.HISTORY)
+        row = self.cur.fetchone()
+        if row:
+            delta["history_len"] = [int(row["COUNT"]), 0.0]
+        self.deltas.append((round(now, 2), delta))
 
 
 class DaemonRun:
@@ -367,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-options", default="{}", help="JSON of extra replica options for all runs")
     ap.add_argument("--lagd", choices=("engine", "daemon"), default="engine",
                     help="in the runs with lagd: its prefetch engine alone, or the whole daemon (lagd run)")
+    ap.add_argument("--sql-waits", action="store_true",
+                    help="turn on the replica's wait instruments and keep the SQL thread's waits each second")
     ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
     ap.add_argument("--report", type=Path, default=None,
                     help="only print the pairs table of a benchmark-runs.jsonl written earlier")
@@ -377,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     NICE[0] = args.nice
     LAGD[0] = args.lagd
+    SQL_WAITS[0] = args.sql_waits
     set_pool(args.pool)
     PROCESS_GRANT[0] = args.process_grant
     PF_OPTIONS.update(json.loads(args.pf_options))
@@ -429,13 +505,15 @@ def main(argv: list[str] | None = None) -> int:
 def run_record(r: Run) -> dict[str, Any]:
     return {"workload": r.workload, "mode": r.mode, "seconds": round(r.seconds, 2), "rows": r.rows,
             "pool_reads": r.pool_reads, "lagd_cpu_s": r.lagd_cpu, "server_cpu_s": round(r.server_cpu, 2),
-            "server_io": r.server_io, "prefetch": r.prefetch, "progress": r.progress}
+            "server_io": r.server_io, "prefetch": r.prefetch, "progress": r.progress,
+            **({"waits": r.waits} if r.waits is not None else {})}
 
 
 def load_run(d: dict[str, Any], changes: int) -> Run:
     # Runs saved before statements were counted have 0 rows: the setup's changes, one a statement.
     return Run(d["workload"], d["mode"], d["seconds"], d["rows"] or changes, d["pool_reads"],
-               d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"], d.get("progress"))
+               d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"], d.get("progress"),
+               d.get("waits"))
 
 
 def gate_summary(r: Run) -> str:

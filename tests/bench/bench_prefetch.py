@@ -298,7 +298,7 @@ class SqlWaits:
         self.at = now
         self.cur.execute(self.QUERY)
         cur = {r["EVENT_NAME"]: (int(r["COUNT_STAR"]), int(r["SUM_TIMER_WAIT"])) for r in self.cur.fetchall()}
-        delta = {}
+        delta: dict[str, list[float]] = {}
         for name, (n, ps) in cur.items():
             n0, ps0 = self.last.get(name, (0, 0))
             if n > n0:
@@ -313,8 +313,8 @@ class SqlWaits:
             top[tid] = max(top.get(tid, 0), eid)
             # The latch's address tells one index's tree latch from another's (within a run).
             key = f"long:{r['thread']}:{r['OPERATION']}:{int(r['OBJECT_INSTANCE_BEGIN']) % 100000}"
-            n, secs = delta.get(key, [0, 0.0])
-            delta[key] = [n + 1, round(secs + int(r["TIMER_WAIT"]) / 1e12, 4)]
+            count, secs = delta.get(key, [0.0, 0.0])
+            delta[key] = [count + 1, round(secs + int(r["TIMER_WAIT"]) / 1e12, 4)]
         self.seen.update(top)
         self.cur.execute(self.HISTORY)
         row = self.cur.fetchone()

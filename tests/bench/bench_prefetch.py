@@ -73,6 +73,9 @@ SQL_WAITS = [False]  # sample the SQL thread's performance_schema waits each sec
 WAITS_OPTIONS = {"performance-schema": "ON", "performance-schema-instrument": "wait/%=ON",
                  "performance-schema-events-waits-history-long-size": "1000000"}
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
+HISTORY_SQL = "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'"
+PURGED_AT = 1000  # purge history length under which a run's purge counts as done
+PURGE_WAIT_S = 180.0  # after the catch-up, at most this long
 
 
 def set_pool(pool: str) -> None:
@@ -101,6 +104,10 @@ class Run:
     # thread's speed through the run, e.g. how its first seconds (a pool still filling)
     # compare with the rest, which is what the stall gate's speed to beat is measured on
     progress: list[tuple[float, int]] | None = None
+    # (seconds since start, purge history length) twice a second, through the catch-up and
+    # after it until purge is done; and when that was (None: not done within PURGE_WAIT_S).
+    history: list[tuple[float, int]] | None = None
+    purged_seconds: float | None = None
     # --sql-waits: (seconds since start, {event: [count, seconds]}) deltas about every second,
     # the SQL thread's own waits as the server's performance_schema times them
     waits: list[tuple[float, dict[str, list[float]]]] | None = None
@@ -226,9 +233,17 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     lag: list[tuple[float, float]] = []
     progress: list[tuple[float, int]] = []
     waits = SqlWaits(poll_cur) if SQL_WAITS[0] else None
+    history: list[tuple[float, int]] = []
+
+    def history_len() -> int:
+        poll_cur.execute(HISTORY_SQL)
+        return int(poll_cur.fetchone()["COUNT"])
+
     while True:
         if waits is not None:
             waits.sample(time.monotonic() - t0)
+        if not history or time.monotonic() - t0 - history[-1][0] >= 0.5:
+            history.append((round(time.monotonic() - t0, 2), history_len()))
         st = slave_status()
         now = time.monotonic() - t0
         pos = int(st["Exec_Master_Log_Pos"])
@@ -244,6 +259,17 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     seconds = time.monotonic() - t0
     if waits is not None:
         waits.sample(seconds, force=True)
+    # The catch-up is over when the SQL thread is, but the work it leaves to purge
+    # (undo of UPDATEs and DELETEs, delete-marked index entries) is part of the cost:
+    # a run that starves purge ends sooner and leaves more. Wait for it, counted apart.
+    purged = None
+    while time.monotonic() - t0 < seconds + PURGE_WAIT_S:
+        left = history_len()
+        history.append((round(time.monotonic() - t0, 2), left))
+        if left <= PURGED_AT:
+            purged = time.monotonic() - t0
+            break
+        time.sleep(0.25)
     poll.close()
     server_cpu = (_cpu_seconds(rep.pid) - server_cpu0) if rep.pid else 0.0
     busy1 = _machine_busy()
@@ -264,7 +290,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         snap = json.loads(lines[-1]) if lines else None
     progress.append((round(seconds, 2), len(ends)))
     return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io, progress,
-               waits.deltas if waits is not None else None)
+               history, purged, waits.deltas if waits is not None else None)
 
 
 class SqlWaits:
@@ -281,13 +307,22 @@ class SqlWaits:
             " FROM performance_schema.events_waits_history_long h JOIN performance_schema.threads t"
             " USING (THREAD_ID) WHERE h.EVENT_NAME = 'wait/synch/sxlock/innodb/index_tree_rw_lock'"
             " AND h.TIMER_WAIT > 100000000")  # over 100 µs
-    HISTORY = "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'"
+    HISTORY = HISTORY_SQL
+    # The pool's own account each second: what it read and flushed, how full and dirty it
+    # is, and how pages move between the LRU list's old and young parts.
+    POOL = ("SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_buffer_pool_reads',"
+            " 'Innodb_buffer_pool_pages_flushed', 'Innodb_buffer_pool_pages_made_young',"
+            " 'Innodb_buffer_pool_pages_made_not_young', 'Innodb_buffer_pool_wait_free',"
+            " 'Innodb_buffer_pool_pages_dirty', 'Innodb_buffer_pool_pages_free',"
+            " 'Innodb_buffer_pool_read_ahead', 'Innodb_buffer_pool_read_ahead_evicted')")
+    LEVELS = ("Innodb_buffer_pool_pages_dirty", "Innodb_buffer_pool_pages_free")
 
     def __init__(self, cur: Any) -> None:
         self.cur = cur
         cur.execute("UPDATE performance_schema.setup_consumers SET ENABLED = 'YES'"
                     " WHERE NAME IN ('events_waits_current', 'events_waits_history_long')")
         self.seen: dict[int, int] = {}  # thread -> last event id counted
+        self.pool: dict[str, int] = {}
         self.last: dict[str, tuple[int, int]] = {}
         self.at = -1.0
         self.deltas: list[tuple[float, dict[str, list[float]]]] = []
@@ -320,6 +355,14 @@ class SqlWaits:
         row = self.cur.fetchone()
         if row:
             delta["history_len"] = [int(row["COUNT"]), 0.0]
+        self.cur.execute(self.POOL)
+        for r in self.cur.fetchall():
+            name, value = r["Variable_name"], int(r["Value"])
+            if name in self.LEVELS:
+                delta[f"pool:{name}"] = [value, 0.0]
+            elif name in self.pool:
+                delta[f"pool:{name}"] = [value - self.pool[name], 0.0]
+            self.pool[name] = value
         self.deltas.append((round(now, 2), delta))
 
 
@@ -506,6 +549,7 @@ def run_record(r: Run) -> dict[str, Any]:
     return {"workload": r.workload, "mode": r.mode, "seconds": round(r.seconds, 2), "rows": r.rows,
             "pool_reads": r.pool_reads, "lagd_cpu_s": r.lagd_cpu, "server_cpu_s": round(r.server_cpu, 2),
             "server_io": r.server_io, "prefetch": r.prefetch, "progress": r.progress,
+            "history": r.history, "purged_s": round(r.purged_seconds, 2) if r.purged_seconds else None,
             **({"waits": r.waits} if r.waits is not None else {})}
 
 
@@ -513,7 +557,7 @@ def load_run(d: dict[str, Any], changes: int) -> Run:
     # Runs saved before statements were counted have 0 rows: the setup's changes, one a statement.
     return Run(d["workload"], d["mode"], d["seconds"], d["rows"] or changes, d["pool_reads"],
                d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"], d.get("progress"),
-               d.get("waits"))
+               d.get("history"), d.get("purged_s"), d.get("waits"))
 
 
 def gate_summary(r: Run) -> str:
@@ -590,17 +634,30 @@ def pair_ratios(results: list[Run]) -> dict[str, list[tuple[Run, Run]]]:
 
 def pairs_table(results: list[Run]) -> str:
     """Speed-up (cold seconds / prefetch seconds) per pair: median and spread."""
-    lines = ["| workload | pairs | median prefetch/cold | spread | cold s (median) | lagd CPU µs/row"
-             " | SQL thread (last prefetch run) | what decided (last prefetch run) |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| workload | pairs | median prefetch/cold | spread | with purge | history left, cold/prefetch"
+             " | cold s (median) | lagd CPU µs/row | SQL thread (last prefetch run)"
+             " | what decided (last prefetch run) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for w, ps in pair_ratios(results).items():
         ratios = [c.seconds / p.seconds for c, p in ps]
+        # Until purge was done too (history under PURGED_AT): the catch-up's whole cost.
+        purged = [c.purged_seconds / p.purged_seconds for c, p in ps if c.purged_seconds and p.purged_seconds]
+        left = ", ".join(f"{_left(c)}/{_left(p)}" for c, p in ps)
         us = [1e6 * p.lagd_cpu / p.rows for _, p in ps if p.lagd_cpu and p.rows]
         last = ps[-1][1]
         lines.append(f"| {w} | {len(ps)} | {_median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x | "
+                     f"{f'{_median(purged):.2f}x' if purged else '-'} | {left} | "
                      f"{_median([c.seconds for c, _ in ps]):.1f} | {f'{_median(us):.1f}' if us else '-'} | "
                      f"{split_summary(last)} | {gate_summary(last)} |")
     return "\n".join(lines)
+
+
+def _left(r: Run) -> str:
+    """The purge history length when the SQL thread was done ("-" for runs before it was kept)."""
+    if not r.history:
+        return "-"
+    at = [n for t, n in r.history if t <= r.seconds + 0.01]
+    return f"{(at or [r.history[0][1]])[-1] / 1000:.0f}k"
 
 
 def summarise(results: list[Run], meta: dict[str, Any]) -> dict[str, Any]:

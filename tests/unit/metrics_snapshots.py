@@ -123,7 +123,7 @@ def full_stall(**kw: Any) -> StallView:
     recent = {"on_cpu": 2.0, "cpu_wait": 0.0, "disk_read": 7.1, "flush_wait": 0.5, "other_wait": 0.4}
     snap = {"seconds": STALL_SECONDS, "recent": recent, "threads": [4242], "headroom_cores": 1.2,
             "verdict": "reads", "text": "SQL thread 71% waiting on disk reads: prefetch can help",
-            "prefetch_can_help": True}
+            "prefetch_can_help": True, "purge_history": 4_200}
     args: dict[str, Any] = dict(measured=True, note=None, fresh=True,
                                 gate=(True, "SQL thread 71% waiting on disk reads: prefetching"))
     args.update(kw)

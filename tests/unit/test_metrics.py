@@ -129,6 +129,7 @@ FULL: list[tuple[str, dict[str, str], Any]] = [
     ("lagd_sql_thread_share", {**CH, "state": "on_cpu"}, 0.2),
     ("lagd_machine_spare_cores", {}, 1.2),
     ("lagd_prefetch_gate_open", {}, 1.0),
+    ("lagd_innodb_history_length", {}, 4200.0),
     ("lagd_advice_active", {"rule": "binlog_compression", "severity": "info"}, 0.0),
 ]
 # SQL thread stopped: NULL SBM leaves no sample, but its history stays
@@ -168,6 +169,7 @@ EMPTY: list[tuple[str, dict[str, str], Any]] = [
     ("lagd_sql_thread_share", {**DEFAULT, "state": "disk_read"}, ABSENT),
     ("lagd_machine_spare_cores", {}, 1.5),
     ("lagd_prefetch_gate_open", {}, ABSENT),
+    ("lagd_innodb_history_length", {}, ABSENT),  # not readable without PROCESS: absent, not 0
 ]
 CASES: list[tuple[str, Callable[[], Snapshot], str, dict[str, str], Any]] = [
     *(("full", full_snapshot, *c) for c in FULL),

@@ -18,6 +18,8 @@ from lagd.mysql.progress import (
     ApplierTrx,
     applier_trx,
     applier_trx_sql,
+    history_length,
+    history_length_sql,
 )
 
 MARIADB_SQL_THREAD = {"id": 8, "role": "Slave_SQL", "trx_id": 42, "rows_modified": 1695}
@@ -49,3 +51,24 @@ def test_the_statement_per_flavor_names_its_columns() -> None:
         for col in (" AS id", " AS role", " AS trx_id", " AS rows_modified"):
             assert col in sql
     assert "'Slave_SQL'" in MARIADB_APPLIER_TRX_SQL and "replica_sql" in MYSQL_APPLIER_TRX_SQL
+
+
+# INNODB_METRICS' trx_rseg_history_len: MariaDB 10.11's row as the server returns it
+# (ENABLED 1/0); MySQL 8's recreated from the documented columns (STATUS 'enabled').
+@pytest.mark.parametrize(("rows", "want"), [
+    ([{"n": 31333, "status": 1}], 31333),
+    ([{"n": 0, "status": 1}], 0),  # purge is done: a real 0
+    ([{"n": 0, "status": 0}], None),  # the counter is switched off: its 0 means nothing
+    ([{"n": 88, "status": "enabled"}], 88),
+    ([{"n": 0, "status": "disabled"}], None),
+    ([], None),  # no such counter
+    ([{"n": None, "status": 1}], None),
+    ([{"n": -1, "status": 1}], None),
+])
+def test_history_length(rows: list[dict[str, Any]], want: int | None) -> None:
+    assert history_length(rows) == want
+
+
+def test_history_length_statement_follows_the_flavor() -> None:
+    assert "`ENABLED` AS status" in history_length_sql(True)
+    assert "`STATUS` AS status" in history_length_sql(False)

@@ -179,6 +179,38 @@ def test_saturation_keeps_a_shut_gate_shut_without_holding_it() -> None:
     assert not shut_alone.open and shut_alone.hold == 0  # measured without probes: judge again next second
 
 
+# ----- purge must not fall behind for the probes' sake ----------------------------------------
+
+def hw(history: int | None, rate: float = 1400.0) -> StallWindow:
+    """A second of probing that pays by its apply rate, with the purge history length at its end."""
+    return replace(w(0.1, rate=rate), history=history)
+
+
+@pytest.mark.parametrize(("history_from", "history", "open_", "words"), [
+    (2_000, 90_000, True, "x"),  # grown, but under InnoDB's own "growing huge"
+    (2_000, 100_000, False, "purge is 100,000 transactions behind (InnoDB's history list), 98,000 more"),
+    (95_000, 104_000, True, "x"),  # over the line, but it was there before the probes: not their doing yet
+    (95_000, 105_000, False, "10,000 more than when probes started"),
+    (None, 500_000, True, "x"),  # not known when the gate opened: nothing to count from
+    (2_000, None, True, "x"),  # not known now (the question failed): unknown is not "behind"
+])
+def test_probes_that_leave_purge_far_behind_stop(history_from: int | None, history: int | None,
+                                                  open_: bool, words: str) -> None:
+    g = stall_gate(replace(OPEN, reason="x", history_from=history_from), hw(history), prefetching=True)
+    assert g.open is open_
+    assert words in g.reason
+    if not open_:
+        assert g.hold == control.HOLD_WINDOWS and g.fails == 1 and "backing off for 10 s" in g.reason
+
+
+def test_the_gate_remembers_the_purge_history_it_opened_at() -> None:
+    g = stall_gate(MEASURING, replace(w(0.7), history=3_000), prefetching=False)
+    assert g.open and g.history_from == 3_000
+    # ... and keeps it through the verdicts that pay.
+    g = stall_gate(replace(g, grace=0, judged=(1.0, 1000 * 1024)), hw(40_000), prefetching=True)
+    assert g.open and g.history_from == 3_000
+
+
 def test_stall_window_shares() -> None:
     sw = control.stall_window({"on_cpu": 0.2, "cpu_wait": 0.1, "disk_read": 0.6, "other_wait": 0.1}, 1.5)
     assert sw == StallWindow(pytest.approx(1.0), pytest.approx(0.6), pytest.approx(0.3),  # type: ignore[arg-type]
@@ -434,3 +466,63 @@ def test_the_status_is_polled_often_only_while_probes_may_run_or_the_sql_thread_
     eng, _ = engine_with(FakeStall())
     eng.state, eng.gate_state = state, gate
     assert eng._fast_polls() is fast
+
+
+class HistoryMonitor:
+    """The purge history length as the test sets it, or the error it raises."""
+
+    def __init__(self, history: int | None = 0, error: Exception | None = None) -> None:
+        self.history, self.error, self.asked = history, error, 0
+
+    async def history_length(self) -> int | None:
+        self.asked += 1
+        if self.error is not None:
+            raise self.error
+        return self.history
+
+
+def test_the_engine_gives_the_gate_the_purge_history_and_stops_probes_that_leave_purge_behind() -> None:
+    fake = FakeStall()
+    eng, pool = engine_with(fake)
+    mon = HistoryMonitor(2_000)
+    eng.monitor = mon  # type: ignore[assignment]
+    eng._sql_pos = (1, 0)
+    for _ in range(3):  # the first reading, then two seconds of the SQL thread alone
+        asyncio.run(eng._read_history())
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
+    assert eng.gate_state.open and eng.gate_state.history_from == 2_000
+    mon.history = 150_000  # probes pay by the apply rate, but purge fell far behind
+    asyncio.run(eng._read_history())
+    fake.add(on_cpu=0.5, disk_read=0.1)
+    eng.counters.rows_probed += 300
+    eng._sql_pos = (1, eng._sql_pos[1] + 900 * 1024)
+    eng._gate_check()
+    assert not eng.gate_state.open and "purge is 150,000 transactions behind" in eng.gate_state.reason
+    assert pool.dropped == 1
+    assert eng.purge_history == 150_000
+
+
+def test_without_process_the_purge_history_is_unknown_and_not_asked_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from lagd.mysql.errors import DatabaseError, Kind  # noqa: PLC0415
+
+    caplog.set_level("INFO", logger="lagd.prefetch")
+    eng, _ = engine_with(FakeStall())
+    denied = DatabaseError("Access denied; you need the PROCESS privilege", kind=Kind.DENIED)
+    mon = HistoryMonitor(error=denied)
+    eng.monitor = mon  # type: ignore[assignment]
+    eng.purge_history = 5  # whatever was known before is not kept
+    for _ in range(3):
+        asyncio.run(eng._read_history())
+    assert eng.purge_history is None and mon.asked == 1
+    assert sum("grant PROCESS" in r.getMessage() for r in caplog.records) == 1
+    # Another failure (the connection dropped) is unknown for that second only.
+    mon2 = HistoryMonitor(error=DatabaseError("lost", kind=Kind.LOST))
+    eng2, _ = engine_with(FakeStall())
+    eng2.monitor = mon2  # type: ignore[assignment]
+    asyncio.run(eng2._read_history())
+    mon2.error, mon2.history = None, 7
+    asyncio.run(eng2._read_history())
+    assert eng2.purge_history == 7 and mon2.asked == 2

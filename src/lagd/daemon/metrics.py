@@ -380,7 +380,11 @@ def stall_metrics(s: Snapshot) -> Iterator[Metric]:
                   " them; absent while no engine uses the split (the reason is in /status).")
     if v.gate_open is not None:
         gate.add_metric([], 1.0 if v.gate_open else 0.0)
-    yield from _nonempty((seconds, share, spare, gate))
+    history = _gauge("lagd_innodb_history_length",
+                     "InnoDB's purge history length (transactions purge has not processed), as the"
+                     " prefetch gate read it; absent when not read lately or not readable (PROCESS).")
+    _add(history, [], v.purge_history)
+    yield from _nonempty((seconds, share, spare, gate, history))
 
 
 def _biggest(values: Iterable[float | int | None]) -> float:

@@ -124,7 +124,8 @@ def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fre
         spare_cores=float(headroom) if headroom is not None else None,
         threads=threads, threads_note=note,
         gate_open=gate[0] if gate else None, gate_reason=gate[1] if gate else None,
-        summary=summary(shares, kind, text, can_help, headroom, note, span, len(threads)))
+        summary=summary(shares, kind, text, can_help, headroom, note, span, len(threads)),
+        purge_history=int(snap["purge_history"]) if snap.get("purge_history") is not None else None)
 
 
 # ----- the real collaborator -------------------------------------------------------------

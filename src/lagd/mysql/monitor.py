@@ -26,7 +26,7 @@ from lagd.mysql.backoff import Retry
 from lagd.mysql.endpoint import Endpoint, hardening_sql
 from lagd.mysql.errors import DatabaseError, Kind, is_database_error, translate
 from lagd.mysql.faultlog import FailureLog
-from lagd.mysql.progress import ApplierTrx, applier_trx, applier_trx_sql
+from lagd.mysql.progress import ApplierTrx, applier_trx, applier_trx_sql, history_length, history_length_sql
 from lagd.mysql.replica import ReplicaStatus, ServerFlavor, parse_replica_status
 
 log = logging.getLogger("lagd.mysql.monitor")
@@ -206,6 +206,15 @@ class ReplicaMonitor:
             assert self.flavor is not None
             rows = await self._statement(applier_trx_sql(self.flavor.is_mariadb))
         return applier_trx(rows)
+
+    async def history_length(self) -> int | None:
+        """InnoDB's purge history length (:func:`lagd.mysql.progress.history_length`);
+        raises DatabaseError when it cannot be asked (without PROCESS: access denied)."""
+        async with self._lock:
+            await self._ensure()
+            assert self.flavor is not None
+            rows = await self._statement(history_length_sql(self.flavor.is_mariadb))
+        return history_length(rows)
 
     async def global_status(self, *names: str) -> dict[str, int]:
         """Counters from SHOW GLOBAL STATUS (missing ones are left out)."""

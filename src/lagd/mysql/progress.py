@@ -25,8 +25,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MARIADB_APPLIER_TRX_SQL", "MYSQL_APPLIER_TRX_SQL", "ApplierTrx", "applier_trx",
-           "applier_trx_sql"]
+__all__ = ["MARIADB_APPLIER_TRX_SQL", "MARIADB_HISTORY_LENGTH_SQL", "MYSQL_APPLIER_TRX_SQL",
+           "MYSQL_HISTORY_LENGTH_SQL", "ApplierTrx", "applier_trx", "applier_trx_sql", "history_length",
+           "history_length_sql"]
+
+# InnoDB's purge history: committed transactions whose undo purge has not processed
+# yet (delete-marked index entries not yet removed, old row versions not yet freed).
+# The same counter and table on both; whether it counts is ENABLED (1/0) on MariaDB
+# (10.11, recorded) and STATUS ('enabled'/'disabled') on MySQL 8 (documented). Reading
+# it needs PROCESS.
+MARIADB_HISTORY_LENGTH_SQL = ("SELECT `COUNT` AS n, `ENABLED` AS status"
+                              " FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")
+MYSQL_HISTORY_LENGTH_SQL = ("SELECT `COUNT` AS n, `STATUS` AS status"
+                            " FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'")
 
 MARIADB_APPLIER_TRX_SQL = (
     "SELECT p.ID AS id, p.COMMAND AS role, t.trx_id AS trx_id, t.trx_rows_modified AS rows_modified"
@@ -80,3 +91,24 @@ def applier_trx(rows: Iterable[Mapping[str, Any]]) -> ApplierTrx | None:
         if best is None or n > best.rows_modified:
             best = ApplierTrx(trx, n, conn)
     return best
+
+
+def history_length_sql(mariadb: bool) -> str:
+    """The statement whose rows :func:`history_length` reads (columns n, status)."""
+    return MARIADB_HISTORY_LENGTH_SQL if mariadb else MYSQL_HISTORY_LENGTH_SQL
+
+
+def history_length(rows: Iterable[Mapping[str, Any]]) -> int | None:
+    """The purge history length from :data:`HISTORY_LENGTH_SQL`'s rows; None when it is
+    not known: no row, an unreadable value, or the counter switched off
+    (``innodb_monitor_disable``), where its 0 would be a false "purge is done"."""
+    for r in rows:
+        status = str(r.get("status")).lower()
+        if status not in ("enabled", "1"):
+            return None
+        try:
+            n = int(r["n"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return n if n >= 0 else None
+    return None

@@ -259,6 +259,18 @@ SLOWED = 0.85
 # judged seconds) holds the gate this many times longer than one that merely did
 # not pay: trying again soon costs the same again.
 SLOWED_HOLD = 3
+# Purge must not fall behind for the probes' sake. A row change's undo waits in
+# InnoDB's history list until purge has removed what it left (delete-marked index
+# entries, old row versions). Probes take the reads and index-tree latches purge
+# needs, and a SQL thread applying faster leaves it more: in update_k catch-ups
+# (200,000 changes) the history stayed under 4,000 cold and reached 160,000 with
+# probes held on, work the replica did after the catch-up. InnoDB treats a history
+# over 100,000 as "growing huge" (BTR_CUR_FINE_HISTORY_LENGTH: purge then takes
+# index trees exclusively while reads are pending). Past it, and grown by
+# PURGE_GROWTH since the probes started (growth lagd is part of, not a level it
+# found), the gate shuts.
+PURGE_BEHIND = 100_000
+PURGE_GROWTH = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +285,7 @@ class StallWindow:
     headroom: float | None  # idle cores on the machine over the window, None when unknown
     wall: float = 0.0  # seconds of the window
     applied: int | None = 0  # relay-log bytes the SQL thread applied in it; None: not comparable
+    history: int | None = None  # InnoDB's purge history length at its end; None: not known
 
     @property
     def readers(self) -> float:
@@ -303,14 +316,14 @@ class StallWindow:
 
 
 def stall_window(seconds: dict[str, float], headroom: float | None, wall: float = 0.0,
-                 applied: int | None = 0) -> StallWindow | None:
+                 applied: int | None = 0, history: int | None = None) -> StallWindow | None:
     total = sum(seconds.values())
     if total <= 0:
         return None
     def share(*names: str) -> float:
         return sum(seconds.get(n, 0.0) for n in names) / total
     return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom,
-                       wall, applied)
+                       wall, applied, history)
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,7 +336,8 @@ class Gate:
     windows the probes get to catch up before they are judged. ``judged``:
     wall seconds and bytes applied while probing since the last verdict; after
     ``REBASE_SECONDS`` of verdicts that pay, the SQL thread is measured alone
-    again (see there). ``hold``: windows
+    again (see there). ``history_from``: InnoDB's purge history length when the
+    gate opened (None: not known), what ``PURGE_GROWTH`` counts from. ``hold``: windows
     to stay shut after the probes did not pay (reopening at once would flap
     every second); ``fails``: such verdicts in a row, each doubling the hold.
     """
@@ -339,6 +353,7 @@ class Gate:
     judged: tuple[float, int] = (0.0, 0)
     fails: int = 0
     since_base: float = 0.0  # wall seconds judged to pay since ``rate_before`` was measured
+    history_from: int | None = None
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
@@ -354,6 +369,16 @@ def _rate(bytes_per_s: float) -> str:
 
 def _hold(fails: int) -> int:
     return min(MAX_HOLD_WINDOWS, HOLD_WINDOWS << min(fails, 8))
+
+
+def purge_behind(history_from: int | None, history: int | None) -> str | None:
+    """Why purge has fallen too far behind while probes ran, or None (see PURGE_BEHIND)."""
+    if history is None or history_from is None:
+        return None
+    if history < PURGE_BEHIND or history < history_from + PURGE_GROWTH:
+        return None
+    return (f"purge is {history:,} transactions behind (InnoDB's history list), {history - history_from:,}"
+            " more than when probes started: they take the reads and index latches it needs")
 
 
 def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
@@ -399,7 +424,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                             None, True, base=base, fails=gate.fails)
             idle = f", {w.headroom:.1f} idle cores" if w.headroom is not None else ""
             return Gate(True, f"{reads}{idle}: prefetching",
-                        w.read_share, True, GRACE_WINDOWS, rate_before=base[1] / base[0], fails=gate.fails)
+                        w.read_share, True, GRACE_WINDOWS, rate_before=base[1] / base[0], fails=gate.fails,
+                        history_from=w.history)
         if w.cpu_share >= CPU_SHARE:
             return Gate(False, f"SQL thread {round(100 * w.cpu_share)}% on CPU: CPU-bound,"
                                " prefetch cannot help", None, True, fails=gate.fails)
@@ -412,6 +438,10 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                f"the SQL thread waits for a core {round(100 * w.cpu_wait_share)}% of its time")
         return Gate(False, f"{who}: probes compete with it; backing off for {hold} s", None, True,
                     hold=hold, fails=gate.fails + 1)
+    behind = purge_behind(gate.history_from, w.history)
+    if behind is not None:
+        hold = _hold(gate.fails)
+        return Gate(False, f"{behind}; backing off for {hold} s", None, True, hold=hold, fails=gate.fails + 1)
     if gate.grace > 0:
         return replace(gate, grace=gate.grace - 1)
     if w.applied is None:

@@ -183,6 +183,11 @@ class PrefetchEngine:
         self._gate_shut_in_window = False  # the slow comparison skips such windows
         self._appliers_sql: list[str] = [stall.appliers_sql(True), stall.appliers_sql(False)]
         self._appliers_warned = False
+        # InnoDB's purge history length at the last gate check (None: not known), read
+        # while the gate may open or probes run; False once the server refused it (no PROCESS).
+        self.purge_history: int | None = None
+        self._history_at = 0.0
+        self._history_readable = True
 
     # ----- accounting ---------------------------------------------------
 
@@ -425,6 +430,21 @@ class PrefetchEngine:
         if self._sample is not None:
             self._step(self._sample, self._clock())
 
+    async def _read_history(self) -> None:
+        """InnoDB's purge history length for the gate (control.PURGE_BEHIND): unknown, not
+        0, when it cannot be read; a refusal (no PROCESS) is said once and not asked again."""
+        if not self._history_readable:
+            return
+        try:
+            self.purge_history = await self.monitor.history_length()
+            self._history_at = self._clock()
+        except Exception as e:
+            self.purge_history = None
+            if getattr(e, "kind", None) == Kind.DENIED:
+                self._history_readable = False
+                log.info("cannot read InnoDB's purge history length (%s): the gate cannot tell when "
+                         "purge falls behind; grant PROCESS to lagd's account", e)
+
     async def _appliers(self) -> tuple[int, ...]:
         """The applier threads' OS ids; () when they cannot be seen (said once)."""
         st = self._sample.status if self._sample is not None else None
@@ -487,6 +507,8 @@ class PrefetchEngine:
                     # their first reading now rather than at the next tick.
                     if self.state in ("active", "backed_off") and not self._fast_polls():
                         await self._fresh_sample()  # kept out: its polls are 250 ms apart
+                    if self.state in ("active", "backed_off") and self.stall is not None:
+                        await self._read_history()
                     self._gate_check()
                     next_gate = now + 1.0
                 if delay > 0:
@@ -627,7 +649,8 @@ class PrefetchEngine:
                 self.gate_state = _MEASURING
             return
         span = sum(window.values()) / len(mon.threads)
-        w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied)
+        w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied,
+                                 self.purge_history)
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
@@ -771,6 +794,7 @@ class PrefetchEngine:
             return None
         return {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
                 "gate_open": self.gate_state.open, "gate_reason": self.gate_state.reason,
+                "purge_history": self.purge_history if self._clock() - self._history_at < 5.0 else None,
                 "schema": self.gate.snapshot()}
 
 

@@ -20,6 +20,7 @@ from lagd.config import load_settings
 from lagd.errors import NotAReplicaError
 from lagd.heartbeat.cli import SourceDsn, source_connect
 from lagd.mysql.endpoint import IDENTITY_SQL, Endpoint, local_socket
+from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.mysql.session import BlockingSession, query
 from lagd.prefetch.pool import ProbePool
@@ -72,6 +73,34 @@ def test_monitor(sandbox: Sandbox) -> None:
 
     [view] = asyncio.run(main())
     hardened(view)
+
+
+def test_monitor_reads_the_purge_history_with_process_only(sandbox: Sandbox) -> None:
+    """InnoDB's history length on the real server; without PROCESS the server refuses, and
+    that is an error the engine reads as unknown (never 0)."""
+    stmts = ["SET SESSION sql_log_bin = 0",
+             "CREATE USER IF NOT EXISTS 'lagdhist'@'127.0.0.1' IDENTIFIED BY 'pw'",
+             "GRANT SELECT, SLAVE MONITOR ON *.* TO 'lagdhist'@'127.0.0.1'"]
+    for sql in stmts:
+        sandbox.replica().query(sql)
+
+    async def history(ep: Endpoint) -> int | None:
+        monitor = ReplicaMonitor.of(ep)
+        try:
+            return await monitor.history_length()
+        finally:
+            await monitor.close()
+
+    ep = replace(endpoint(sandbox), user="lagdhist", password="pw")
+    try:
+        with pytest.raises(DatabaseError) as denied:
+            asyncio.run(history(ep))
+        assert denied.value.kind == Kind.DENIED
+        sandbox.replica().query("GRANT PROCESS ON *.* TO 'lagdhist'@'127.0.0.1'")
+        n = asyncio.run(history(ep))
+        assert isinstance(n, int) and n >= 0
+    finally:
+        sandbox.replica().query("DROP USER IF EXISTS 'lagdhist'@'127.0.0.1'")
 
 
 def test_monitor_of_a_channel_the_replica_does_not_have(sandbox: Sandbox) -> None:

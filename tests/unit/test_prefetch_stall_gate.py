@@ -203,6 +203,36 @@ def test_probes_that_leave_purge_far_behind_stop(history_from: int | None, histo
         assert g.hold == control.HOLD_WINDOWS and g.fails == 1 and "backing off for 10 s" in g.reason
 
 
+def opened_on(history: list[int]) -> Gate:
+    """Measured alone for two seconds (1,000 KiB/s, 60% reads), the history read at each second's end."""
+    g = SHUT
+    for h in history:
+        g = stall_gate(g, replace(w(0.6), history=h), prefetching=False)
+    assert g.open
+    return replace(g, grace=0)
+
+
+@pytest.mark.parametrize(("kib", "growth", "trx_bytes", "open_", "words"), [
+    # update_k, probes held on: the SQL thread as fast, purge left ~2,900 transactions a second behind
+    (1400, 3_000, 600, False, "applied 1,000 KiB/s of relay log before, 1,400 KiB/s of relay log with"
+                              " probes, 1,699 KiB/s of relay log of it left to purge"),
+    # update_pk: purge falls a little behind, cheaply: the probes still pay
+    (2000, 1_000, 300, True, "2,000 KiB/s of relay log with probes, 264 KiB/s of relay log of it left"),
+    (1400, 3_000, None, True, "1,400 KiB/s of relay log with probes;"),  # bytes a transaction not known
+    (1400, 100, 600, True, "1,400 KiB/s of relay log with probes;"),  # purge keeps up as it did alone
+    (1400, -500, 600, True, "1,400 KiB/s of relay log with probes;"),  # purge catching up is no credit
+])
+def test_work_the_probes_leave_to_purge_is_not_counted_as_done(kib: int, growth: int, trx_bytes: float | None,
+                                                                open_: bool, words: str) -> None:
+    g = opened_on([10_000, 10_100])  # 100 a second alone
+    assert g.history_before == pytest.approx(100.0) and g.history_at == 10_100
+    for second in (1, 2):
+        win = replace(w(0.1, rate=kib), history=10_100 + growth * second, trx_bytes=trx_bytes)
+        g = stall_gate(g, win, prefetching=True)
+    assert g.open is open_
+    assert words in g.reason
+
+
 def test_the_gate_remembers_the_purge_history_it_opened_at() -> None:
     g = stall_gate(MEASURING, replace(w(0.7), history=3_000), prefetching=False)
     assert g.open and g.history_from == 3_000

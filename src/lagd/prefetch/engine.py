@@ -186,6 +186,7 @@ class PrefetchEngine:
         # InnoDB's purge history length at the last gate check (None: not known), read
         # while the gate may open or probes run; False once the server refused it (no PROCESS).
         self.purge_history: int | None = None
+        self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
         self._history_at = 0.0
         self._history_readable = True
 
@@ -349,6 +350,9 @@ class PrefetchEngine:
                     cur.end = self._key(e.relay_file, e.relay_offset)
                     cur.bytes = e.size
                     self._lead_bytes += e.size
+                # Relay-log bytes a transaction: what a transaction left to purge costs in
+                # the gate's unit (control.StallWindow.trx_bytes).
+                self._trx_bytes += 0.01 * (e.size - self._trx_bytes) if self._trx_bytes else e.size
                 self._current = None
                 if self._ddl:
                     # Held until the SQL thread has applied the DDL's whole transaction.
@@ -650,7 +654,7 @@ class PrefetchEngine:
             return
         span = sum(window.values()) / len(mon.threads)
         w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied,
-                                 self.purge_history)
+                                 self.purge_history, self._trx_bytes or None)
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)

@@ -271,6 +271,8 @@ SLOWED_HOLD = 3
 # found), the gate shuts.
 PURGE_BEHIND = 100_000
 PURGE_GROWTH = 10_000
+PURGE_SPAN = 6.0  # seconds of probing before purge's falling behind is judged (purge_debt)
+PURGE_READINGS = 3  # ... on the lowest of this many last readings of the history
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,10 +341,8 @@ class Gate:
     wall seconds and bytes applied while probing since the last verdict; after
     ``REBASE_SECONDS`` of verdicts that pay, the SQL thread is measured alone
     again (see there). ``history_from``: InnoDB's purge history length when the
-    gate opened (None: not known), what ``PURGE_GROWTH`` counts from;
-    ``history_at``: when the span measured now (the speed alone, or the seconds
-    judged) began; ``history_before``: how fast it grew while the SQL thread was
-    measured alone (a second). ``hold``: windows
+    gate opened (None: not known), what purge's falling behind is counted from;
+    ``history_recent``: its last readings since. ``hold``: windows
     to stay shut after the probes did not pay (reopening at once would flap
     every second); ``fails``: such verdicts in a row, each doubling the hold.
     """
@@ -359,9 +359,7 @@ class Gate:
     fails: int = 0
     since_base: float = 0.0  # wall seconds judged to pay since ``rate_before`` was measured
     history_from: int | None = None
-    history_at: int | None = None
-    history_at_wall: float = 0.0  # the base's seconds when ``history_at`` was read
-    history_before: float | None = None
+    history_recent: tuple[int, ...] = ()
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
@@ -379,24 +377,17 @@ def _hold(fails: int) -> int:
     return min(MAX_HOLD_WINDOWS, HOLD_WINDOWS << min(fails, 8))
 
 
-def _growth(start: int | None, end: int | None, seconds: float) -> float | None:
-    """A history length's growth a second (None: an end not known)."""
-    if start is None or end is None or seconds <= 0:
-        return None
-    return (end - start) / seconds
-
-
-def purge_debt(gate: Gate, w: StallWindow, wall: float) -> float:
-    """Relay-log bytes a second of the judged seconds' apply that purge did not keep up
-    with, beyond how it kept up with the SQL thread alone: work the probes pushed onto
-    purge, not work done. A catch-up that leaves purge far behind ends sooner and costs
-    the replica more after it (update_k with probes held on: the SQL thread as fast as
-    cold, then 31 s of purge left where cold left none). 0 when any of it is unknown or
-    purge kept up as well as before."""
-    now = _growth(gate.history_at, w.history, wall)
-    if now is None or gate.history_before is None or not w.trx_bytes:
+def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: float | None) -> float:
+    """Relay-log bytes a second of apply that purge has not kept up with since the probes
+    started: work they pushed onto purge, not work done. A catch-up that leaves purge far
+    behind ends sooner and costs the replica more after it (update_k with probes held
+    on: the SQL thread as fast as cold, then 31 s of purge where cold left none). The
+    history rises and falls in bursts (an insert catch-up's went 3,000 -> 15,000 -> 3,000
+    within 6 s), so it is judged only after PURGE_SPAN seconds of probing, on the lowest
+    of the last readings. 0 when anything of it is unknown or purge kept up."""
+    if span < PURGE_SPAN or gate.history_from is None or not recent or not trx_bytes:
         return 0.0
-    return max(0.0, now - max(0.0, gate.history_before)) * w.trx_bytes
+    return max(0.0, (min(recent) - gate.history_from) / span) * trx_bytes
 
 
 def purge_behind(history_from: int | None, history: int | None) -> str | None:
@@ -447,20 +438,13 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
             if w.applied is None:
                 return gate  # a relay-log file switch: the second's progress is unknown
             base = (gate.base[0] + w.wall, gate.base[1] + w.applied)
-            # The history's growth over the base: from the end of its first second (the
-            # level before it is not known), so over the seconds after.
-            if gate.base == (0.0, 0):
-                at, at_wall = w.history, base[0]
-            else:
-                at, at_wall = gate.history_at, gate.history_at_wall
             if base[0] < BASE_SECONDS:
                 return Gate(False, f"{reads}: measuring its apply rate before prefetching",
-                            None, True, base=base, fails=gate.fails, history_at=at, history_at_wall=at_wall)
+                            None, True, base=base, fails=gate.fails)
             idle = f", {w.headroom:.1f} idle cores" if w.headroom is not None else ""
-            before = _growth(at, w.history, base[0] - at_wall)
             return Gate(True, f"{reads}{idle}: prefetching",
                         w.read_share, True, GRACE_WINDOWS, rate_before=base[1] / base[0], fails=gate.fails,
-                        history_from=w.history, history_at=w.history, history_before=before)
+                        history_from=w.history)
         if w.cpu_share >= CPU_SHARE:
             return Gate(False, f"SQL thread {round(100 * w.cpu_share)}% on CPU: CPU-bound,"
                                " prefetch cannot help", None, True, fails=gate.fails)
@@ -477,16 +461,17 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     if behind is not None:
         hold = _hold(gate.fails)
         return Gate(False, f"{behind}; backing off for {hold} s", None, True, hold=hold, fails=gate.fails + 1)
+    recent = gate.history_recent if w.history is None else (*gate.history_recent, w.history)[-PURGE_READINGS:]
     if gate.grace > 0:
-        return replace(gate, grace=gate.grace - 1)
+        return replace(gate, grace=gate.grace - 1, history_recent=recent)
     if w.applied is None:
-        return gate
+        return replace(gate, history_recent=recent)
     wall, done = gate.judged[0] + w.wall, gate.judged[1] + w.applied
     slowed = gate.rate_before > 0 and done < gate.rate_before * SLOWED * wall
     if wall < JUDGE_SECONDS and not slowed:
-        return replace(gate, judged=(wall, done))
+        return replace(gate, judged=(wall, done), history_recent=recent)
     rate = done / wall
-    debt = purge_debt(gate, w, wall)
+    debt = purge_debt(gate, recent, gate.since_base + wall, w.trx_bytes)
     left = f", {_rate(debt)} of it left to purge" if debt else ""
     rate -= debt
     rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate + debt)} with probes{left};"
@@ -497,7 +482,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         if since >= REBASE_SECONDS:
             return Gate(False, f"{pays}; measuring it alone again: its speed of {since:.0f} s ago"
                                " is no longer the one to beat", None, True)
-        return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_at=w.history)
+        return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_recent=recent)
     if gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
         # Inside one big transaction the position does not move: the read waits
         # are all there is to judge by. No new measurement alone here: it would

@@ -511,7 +511,9 @@ class PrefetchEngine:
                     # their first reading now rather than at the next tick.
                     if self.state in ("active", "backed_off") and not self._fast_polls():
                         await self._fresh_sample()  # kept out: its polls are 250 ms apart
-                    if self.state in ("active", "backed_off") and self.stall is not None:
+                    if self.stall is not None and self._fast_polls():
+                        # Only while the gate measures or probes may run: it is what judges
+                        # them, and a server the gate keeps prefetch out of is left alone.
                         await self._read_history()
                     self._gate_check()
                     next_gate = now + 1.0

@@ -217,7 +217,7 @@ CHEAP = [10_000 + 800 * s for s in range(1, 9)]  # update_pk: a little behind
 
 
 @pytest.mark.parametrize(("history", "trx_bytes", "open_", "words"), [
-    (STEADY, 600, False, "1,400 KiB/s of relay log with probes, 1,172 KiB/s of relay log of it left to purge"),
+    (STEADY, 600, False, "1,400 KiB/s of relay log with probes, 879 KiB/s of relay log of it left to purge"),
     (BURSTS, 600, True, "1,400 KiB/s of relay log with probes, 110 KiB/s of relay log of it left to purge"),
     (CHEAP, 300, True, "1,400 KiB/s of relay log with probes, 176 KiB/s of relay log of it left to purge"),
     (STEADY, None, True, "1,400 KiB/s of relay log with probes;"),  # bytes a transaction not known

@@ -271,7 +271,7 @@ SLOWED_HOLD = 3
 # found), the gate shuts.
 PURGE_BEHIND = 100_000
 PURGE_GROWTH = 10_000
-PURGE_SPAN = 6.0  # seconds of probing before purge's falling behind is judged (purge_debt)
+PURGE_SPAN = 4.0  # seconds of probing before purge's falling behind is judged (purge_debt)
 PURGE_READINGS = 3  # ... on the lowest of this many last readings of the history
 
 
@@ -382,9 +382,12 @@ def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: floa
     started: work they pushed onto purge, not work done. A catch-up that leaves purge far
     behind ends sooner and costs the replica more after it (update_k with probes held
     on: the SQL thread as fast as cold, then 31 s of purge where cold left none). The
-    history rises and falls in bursts (an insert catch-up's went 3,000 -> 15,000 -> 3,000
-    within 6 s), so it is judged only after PURGE_SPAN seconds of probing, on the lowest
-    of the last readings. 0 when anything of it is unknown or purge kept up."""
+    history rises and falls in bursts as purge takes batches (an insert catch-up's went
+    3,000 -> 15,000 -> 3,000 within 6 s), so it is judged from PURGE_SPAN seconds of
+    probing on, on the lowest of the last PURGE_READINGS readings: 4 s in, that was
+    360-670 a second for insert's probes (which pay), 550-810 for update_pk's (cheap to
+    purge: they still pay), 1,150-1,650 for update_k's later tries (2,000-2,500 by 8 s).
+    0 when anything of it is unknown or purge kept up."""
     if span < PURGE_SPAN or gate.history_from is None or not recent or not trx_bytes:
         return 0.0
     return max(0.0, (min(recent) - gate.history_from) / span) * trx_bytes

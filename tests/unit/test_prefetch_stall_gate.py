@@ -245,6 +245,25 @@ def test_purge_is_not_judged_on_the_first_seconds_of_probing() -> None:
     assert g.open and "left to purge" not in g.reason
 
 
+@pytest.mark.parametrize(("growth", "trx_bytes", "open_", "words"), [
+    # update_k: what purge left in just the first two seconds already makes the probes lose
+    (3_000, 600, False, "1,400 KiB/s of relay log with probes, 1,758 KiB/s of relay log of it left to purge"),
+    # an insert burst: not enough to lose, and too early to judge purge: the apply rate decides
+    (1_000, 300, True, "1,400 KiB/s of relay log with probes;"),
+])
+def test_a_try_whose_first_seconds_leave_purge_far_behind_stops_then(growth: int, trx_bytes: int,
+                                                                     open_: bool, words: str) -> None:
+    g = stall_gate(MEASURING, replace(w(0.6), history=10_000), prefetching=False)
+    grace = replace(w(0.1, rate=1200), history=10_500, trx_bytes=trx_bytes)
+    g = stall_gate(g, grace, prefetching=True)
+    assert g.open and g.history_mark == 10_500
+    for second in (1, 2):
+        win = replace(w(0.1, rate=1400), history=10_500 + growth * second, trx_bytes=trx_bytes)
+        g = stall_gate(g, win, prefetching=True)
+    assert g.open is open_
+    assert words in g.reason
+
+
 def test_the_gate_remembers_the_purge_history_it_opened_at() -> None:
     g = stall_gate(MEASURING, replace(w(0.7), history=3_000), prefetching=False)
     assert g.open and g.history_from == 3_000

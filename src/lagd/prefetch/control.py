@@ -342,7 +342,8 @@ class Gate:
     ``REBASE_SECONDS`` of verdicts that pay, the SQL thread is measured alone
     again (see there). ``history_from``: InnoDB's purge history length when the
     gate opened (None: not known), what purge's falling behind is counted from;
-    ``history_recent``: its last readings since. ``hold``: windows
+    ``history_recent``: its last readings since; ``history_mark``: its reading when the
+    seconds judged now began. ``hold``: windows
     to stay shut after the probes did not pay (reopening at once would flap
     every second); ``fails``: such verdicts in a row, each doubling the hold.
     """
@@ -360,6 +361,7 @@ class Gate:
     since_base: float = 0.0  # wall seconds judged to pay since ``rate_before`` was measured
     history_from: int | None = None
     history_recent: tuple[int, ...] = ()
+    history_mark: int | None = None
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
@@ -391,6 +393,14 @@ def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: floa
     if span < PURGE_SPAN or gate.history_from is None or not recent or not trx_bytes:
         return 0.0
     return max(0.0, (min(recent) - gate.history_from) / span) * trx_bytes
+
+
+def _growth_bytes(start: int | None, end: int | None, seconds: float, trx_bytes: float | None) -> float:
+    """The history's growth a second between two readings, in relay-log bytes (0: not known
+    or not grown)."""
+    if start is None or end is None or seconds <= 0 or not trx_bytes:
+        return 0.0
+    return max(0.0, (end - start) / seconds) * trx_bytes
 
 
 def purge_behind(history_from: int | None, history: int | None) -> str | None:
@@ -466,7 +476,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         return Gate(False, f"{behind}; backing off for {hold} s", None, True, hold=hold, fails=gate.fails + 1)
     recent = gate.history_recent if w.history is None else (*gate.history_recent, w.history)[-PURGE_READINGS:]
     if gate.grace > 0:
-        return replace(gate, grace=gate.grace - 1, history_recent=recent)
+        return replace(gate, grace=gate.grace - 1, history_recent=recent, history_mark=w.history)
     if w.applied is None:
         return replace(gate, history_recent=recent)
     wall, done = gate.judged[0] + w.wall, gate.judged[1] + w.applied
@@ -474,7 +484,15 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     if wall < JUDGE_SECONDS and not slowed:
         return replace(gate, judged=(wall, done), history_recent=recent)
     rate = done / wall
-    debt = purge_debt(gate, recent, gate.since_base + wall, w.trx_bytes)
+    span = gate.since_base + wall
+    debt = purge_debt(gate, recent, span, w.trx_bytes)
+    if span < PURGE_SPAN:
+        # Too early to judge purge on its lowest readings; but where what it left in
+        # just these seconds already makes the probes lose, a try need not run on:
+        # update_k's tries otherwise ran 5-7 s, and each cost the catch-up more than that.
+        early = _growth_bytes(gate.history_mark, w.history, wall, w.trx_bytes)
+        if early and rate - early < gate.rate_before:
+            debt = early
     left = f", {_rate(debt)} of it left to purge" if debt else ""
     rate -= debt
     rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate + debt)} with probes{left};"
@@ -485,7 +503,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         if since >= REBASE_SECONDS:
             return Gate(False, f"{pays}; measuring it alone again: its speed of {since:.0f} s ago"
                                " is no longer the one to beat", None, True)
-        return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_recent=recent)
+        return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_recent=recent,
+                       history_mark=w.history)
     if gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
         # Inside one big transaction the position does not move: the read waits
         # are all there is to judge by. No new measurement alone here: it would

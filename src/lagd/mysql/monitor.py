@@ -198,23 +198,23 @@ class ReplicaMonitor:
                 return s
         return None
 
-    async def applier_trx(self) -> ApplierTrx | None:
-        """The SQL thread's open transaction and its rows changed so far (None: none open);
-        raises DatabaseError when it cannot be asked (without PROCESS: access denied)."""
+    async def _flavored(self, sql_of: Callable[[bool], str]) -> list[dict[str, Any]]:
+        """The rows of a statement that MariaDB and MySQL spell differently (``sql_of(is_mariadb)``);
+        the flavor is known once connected."""
         async with self._lock:
             await self._ensure()
             assert self.flavor is not None
-            rows = await self._statement(applier_trx_sql(self.flavor.is_mariadb))
-        return applier_trx(rows)
+            return await self._statement(sql_of(self.flavor.is_mariadb))
+
+    async def applier_trx(self) -> ApplierTrx | None:
+        """The SQL thread's open transaction and its rows changed so far (None: none open);
+        raises DatabaseError when it cannot be asked (without PROCESS: access denied)."""
+        return applier_trx(await self._flavored(applier_trx_sql))
 
     async def history_length(self) -> int | None:
         """InnoDB's purge history length (:func:`lagd.mysql.progress.history_length`);
         raises DatabaseError when it cannot be asked (without PROCESS: access denied)."""
-        async with self._lock:
-            await self._ensure()
-            assert self.flavor is not None
-            rows = await self._statement(history_length_sql(self.flavor.is_mariadb))
-        return history_length(rows)
+        return history_length(await self._flavored(history_length_sql))
 
     async def global_status(self, *names: str) -> dict[str, int]:
         """Counters from SHOW GLOBAL STATUS (missing ones are left out)."""

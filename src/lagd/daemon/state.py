@@ -78,7 +78,7 @@ class StallView:
     gate_reason: str | None
     summary: str  # the one line lagctl status prints
     # InnoDB's purge history length as the prefetch gate last read it (once a second while
-    # probes may run); None when not read lately or not readable (no PROCESS).
+    # it measures or probes may run); None when not read lately or not readable (no PROCESS).
     purge_history: int | None = None
 
 

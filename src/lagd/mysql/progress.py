@@ -99,7 +99,7 @@ def history_length_sql(mariadb: bool) -> str:
 
 
 def history_length(rows: Iterable[Mapping[str, Any]]) -> int | None:
-    """The purge history length from :data:`HISTORY_LENGTH_SQL`'s rows; None when it is
+    """The purge history length from :func:`history_length_sql`'s rows; None when it is
     not known: no row, an unreadable value, or the counter switched off
     (``innodb_monitor_disable``), where its 0 would be a false "purge is done"."""
     for r in rows:

@@ -184,7 +184,8 @@ class PrefetchEngine:
         self._appliers_sql: list[str] = [stall.appliers_sql(True), stall.appliers_sql(False)]
         self._appliers_warned = False
         # InnoDB's purge history length at the last gate check (None: not known), read
-        # while the gate may open or probes run; False once the server refused it (no PROCESS).
+        # while the gate measures or probes may run; not asked again once the server
+        # refused it (no PROCESS: _history_readable).
         self.purge_history: int | None = None
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
         self._history_at = 0.0

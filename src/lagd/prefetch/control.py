@@ -398,9 +398,9 @@ def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: floa
     360-670 a second for insert's probes (which pay), 550-810 for update_pk's (cheap to
     purge: they still pay), 1,150-1,650 for update_k's later tries (2,000-2,500 by 8 s).
     0 when anything of it is unknown or purge kept up."""
-    if span < PURGE_SPAN or gate.history_from is None or not recent or not trx_bytes:
+    if span < PURGE_SPAN or not recent:
         return 0.0
-    return max(0.0, (min(recent) - gate.history_from) / span) * trx_bytes
+    return _growth_bytes(gate.history_from, min(recent), span, trx_bytes)
 
 
 def _growth_bytes(start: int | None, end: int | None, seconds: float, trx_bytes: float | None) -> float:

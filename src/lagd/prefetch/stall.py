@@ -71,6 +71,8 @@ def sampling_hz(threads: int, budget: float = THREAD_SAMPLES_PER_S, wish: float 
     """Samples a second of each thread: ``wish``, within ``budget`` thread-samples a
     second for all of them, and never under MIN_HZ."""
     return max(MIN_HZ, min(wish, budget / max(1, threads)))
+
+
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 # Where a thread blocked in D sleeps when it waits for data or metadata to be
 # written, not read (fsync of the redo log at commit, page write-back).

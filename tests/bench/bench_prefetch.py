@@ -307,7 +307,6 @@ class SqlWaits:
             " FROM performance_schema.events_waits_history_long h JOIN performance_schema.threads t"
             " USING (THREAD_ID) WHERE h.EVENT_NAME = 'wait/synch/sxlock/innodb/index_tree_rw_lock'"
             " AND h.TIMER_WAIT > 100000000")  # over 100 µs
-    HISTORY = HISTORY_SQL
     # The pool's own account each second: what it read and flushed, how full and dirty it
     # is, and how pages move between the LRU list's old and young parts.
     POOL = ("SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_buffer_pool_reads',"
@@ -351,10 +350,6 @@ class SqlWaits:
             count, secs = delta.get(key, [0.0, 0.0])
             delta[key] = [count + 1, round(secs + int(r["TIMER_WAIT"]) / 1e12, 4)]
         self.seen.update(top)
-        self.cur.execute(self.HISTORY)
-        row = self.cur.fetchone()
-        if row:
-            delta["history_len"] = [int(row["COUNT"]), 0.0]
         self.cur.execute(self.POOL)
         for r in self.cur.fetchall():
             name, value = r["Variable_name"], int(r["Value"])

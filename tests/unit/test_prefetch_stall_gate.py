@@ -302,6 +302,23 @@ def test_holds_after_purge_fell_behind_grow_to_ten_minutes() -> None:
     assert holds == [120, 240, 480, 600, 600]
 
 
+HELD = Gate(False, "probes leave purge behind: backing off for 120 s", None, True, hold=120, fails=1)
+
+
+@pytest.mark.parametrize(("gate", "fresh", "want"), [
+    (HELD, engine_module._MEASURING, replace(HELD, hold=119)),  # a hold runs on while caught up
+    (replace(HELD, hold=1), engine_module._MEASURING, replace(HELD, hold=0)),
+    (replace(HELD, hold=0), engine_module._MEASURING, replace(engine_module._MEASURING, fails=1)),
+    (OPEN, engine_module._MEASURING, engine_module._MEASURING),  # probes paid: measured afresh
+    (Gate(False, "88% on CPU", None, True), engine_module._MEASURING, engine_module._MEASURING),
+    (HELD, control.UNMEASURED, replace(HELD, hold=119)),
+    (replace(HELD, hold=0), control.UNMEASURED, control.UNMEASURED),  # no split: the comparison decides
+])
+def test_without_a_backlog_a_hold_runs_on_and_the_next_backlog_is_measured_afresh(
+        gate: Gate, fresh: Gate, want: Gate) -> None:
+    assert control.without_backlog(gate, fresh) == want
+
+
 def test_the_gate_remembers_the_purge_history_it_opened_at() -> None:
     g = stall_gate(MEASURING, replace(w(0.7), history=3_000), prefetching=False)
     assert g.open and g.history_from == 3_000
@@ -625,3 +642,23 @@ def test_without_process_the_purge_history_is_unknown_and_not_asked_again(
     mon2.error, mon2.history = None, 7
     asyncio.run(eng2._read_history())
     assert eng2.purge_history == 7 and mon2.asked == 2
+
+
+def test_a_hold_outlives_a_caught_up_spell() -> None:
+    """A replica that falls behind again soon after probes did not pay is not tried again
+    before the hold ends, whatever happened in between."""
+    fake = FakeStall()
+    eng, _ = engine_with(fake)
+    eng.gate_state = replace(HELD, hold=3)
+    eng.state = "idle"
+    for _ in range(2):
+        eng._gate_check()
+    eng.state = "backed_off"  # a new backlog, 2 s later
+    eng._sql_pos = (1, 0)
+    fake.add(on_cpu=0.3, disk_read=0.7)
+    eng._gate_check()
+    assert not eng.gate_state.open and eng.gate_state.hold == 0 and "purge" in eng.gate_state.reason
+    fake.add(on_cpu=0.3, disk_read=0.7)
+    eng._sql_pos = (1, 500 * 1024)
+    eng._gate_check()  # the hold is over: the SQL thread is measured alone
+    assert "measuring its apply rate" in eng.gate_state.reason and eng.gate_state.fails == 1

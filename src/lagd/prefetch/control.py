@@ -421,6 +421,21 @@ def purge_behind(history_from: int | None, history: int | None) -> str | None:
             " more than when probes started: they take the reads and index latches it needs")
 
 
+def without_backlog(gate: Gate, fresh: Gate) -> Gate:
+    """The gate while the SQL thread has nothing to apply (caught up, stopped). Pure.
+
+    The next backlog is measured afresh (``fresh``), but a hold runs on, one window
+    a gate check: it is time the probes stay out because they did not pay, and a
+    caught-up spell does not make them pay. Before, every spell ended it, so a
+    replica falling behind again and again on update_k-like changes paid a try a
+    spell (about 3 s of a 60-s catch-up with purge counted). ``fails`` is kept for
+    the same reason: the next hold that does not pay doubles as it would have.
+    """
+    if gate.hold > 0 and not gate.open:
+        return replace(gate, hold=gate.hold - 1)
+    return replace(fresh, fails=gate.fails) if gate.fails and not fresh.open else fresh
+
+
 def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     """The verdict after about a second of the applier's time. Pure.
 

@@ -628,9 +628,10 @@ class PrefetchEngine:
         self._gate_pos, self._gate_at = pos, now
         if self.state not in ("active", "backed_off"):
             # Caught up, paused or off: the SQL thread sleeps or does not run; the
-            # next backlog is measured for a second before probes start. Meanwhile
-            # a few samples a second are enough.
-            self.gate_state = _MEASURING if mon.wanted or not mon.looked else control.UNMEASURED
+            # next backlog is measured for a second before probes start (unless a
+            # hold still runs). Meanwhile a few samples a second are enough.
+            fresh = _MEASURING if mon.wanted or not mon.looked else control.UNMEASURED
+            self.gate_state = control.without_backlog(self.gate_state, fresh)
             mon.hz = 5.0
             return
         # The sampler's budget (stall.THREAD_SAMPLES_PER_S): in full while probes may

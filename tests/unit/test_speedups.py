@@ -12,12 +12,16 @@ from __future__ import annotations
 import random
 import struct
 import zlib
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from lagd.relaylog import EventDecoder, TableMapResolver
-from lagd.relaylog._construct import ACCELERATED
+from lagd.relaylog import EventDecoder, RowChange, TableMapResolver
+from lagd.relaylog import _columns as c
+from lagd.relaylog._construct import ACCELERATED, constructor
+from lagd.relaylog._rowcodec import skip_layout
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "binlogs"
 FILES = sorted(p for p in FIXTURES.iterdir() if not p.name.endswith(".md"))
@@ -25,9 +29,16 @@ FILES = sorted(p for p in FIXTURES.iterdir() if not p.name.endswith(".md"))
 pytestmark = pytest.mark.skipif(not ACCELERATED, reason="C accelerator not built")
 
 
-def decode(buf: bytes, accelerated: bool, verify: bool, chunk: int | None = None):
-    dec = EventDecoder(TableMapResolver(decode_all=False), verify_checksums=verify)
+def decode(buf: bytes, accelerated: bool, verify: bool, chunk: int | None = None, values: bool = True,
+           warm: bool = False):
+    """``warm``: read the log once before, so that the C path knows every table and row
+    image it can take, and takes more than a table's second transaction."""
+    dec = EventDecoder(TableMapResolver(decode_all=False), verify_checksums=verify, values=values)
     dec.accelerated = accelerated
+    if warm:
+        dec.start_file("relay-bin.000001")
+        dec.decode(buf, 4, len(buf), 0)
+        dec.stats = type(dec.stats)()
     dec.start_file("relay-bin.000001")
     if chunk is None:
         events, used = dec.decode(buf, 4, len(buf), 0)
@@ -58,6 +69,27 @@ def test_same_events_on_real_files(path, verify):
         assert getattr(fast[2], field) == getattr(slow[2], field), field
 
 
+def without_images(events):
+    return [replace(e, before=None, after=None) if isinstance(e, RowChange) else e for e in events]
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_rows_without_values_are_the_same_events_without_images(path):
+    """The look-ahead tail's reader (values=False): the C path walks the rows by their
+    layouts, the Python path decodes them; both give the same events as a reader with
+    values, less the images."""
+    buf = path.read_bytes()
+    if buf[:4] != b"\xfebin" or len(buf) < 23:
+        pytest.skip("not a whole log")
+    fast = decode(buf, True, True, values=False, warm=True)
+    slow = decode(buf, False, True, values=False, warm=True)
+    full = decode(buf, True, True, warm=True)
+    assert fast[0] == slow[0] == without_images(full[0])
+    assert fast[1] == slow[1] == full[1]
+    for field in ("events", "transactions", "row_changes", "rows_unprobeable", "corrupt_events"):
+        assert getattr(fast[2], field) == getattr(slow[2], field) == getattr(full[2], field), field
+
+
 @pytest.mark.parametrize("seed", range(400))
 def test_same_events_under_random_damage(seed):
     rng = random.Random(seed)
@@ -71,6 +103,11 @@ def test_same_events_under_random_damage(seed):
     verify = bool(seed % 2)
     fast = decode(data, True, verify)
     slow = decode(data, False, verify)
+    assert fast[0] == slow[0]
+    assert fast[2].corrupt_events == slow[2].corrupt_events
+    # Without values the C path reads row lengths itself: damage must end the same way.
+    fast = decode(data, True, verify, values=False, warm=True)
+    slow = decode(data, False, verify, values=False, warm=True)
     assert fast[0] == slow[0]
     assert fast[2].corrupt_events == slow[2].corrupt_events
 
@@ -174,3 +211,45 @@ def test_plain_statement_transactions_are_taken_by_the_c_path(monkeypatch):
         assert sql not in by_python
     for sql, _schema in STATEMENTS[6:]:
         assert sql in by_python
+
+
+# ----- the pieces: skip layouts and constructors ---------------------------------------
+
+@pytest.mark.parametrize(("col_type", "meta", "nullable", "want"), [
+    (c.T_LONG, 0, False, b"\x00\x04"),  # INT NOT NULL: 4 bytes
+    (c.T_LONG, 0, True, b"\x01\x04"),  # nullable: its NULL bit counts
+    (c.T_VARCHAR, 200, False, b"\x00\xf1"),  # VARCHAR(200) in bytes: a 1-byte length
+    (c.T_VARCHAR, 1000, True, b"\x01\xf2"),  # longer: 2 bytes
+    (c.T_BLOB, 4, False, b"\x00\xf4"),  # LONGBLOB: a 4-byte length
+    (c.T_NEWDECIMAL, (10 << 8) | 2, False, b"\x00\x05"),  # DECIMAL(10,2)
+])
+def test_skip_layout_gives_each_columns_width_or_length_prefix(col_type, meta, nullable, want):
+    tm = SimpleNamespace(types=[col_type], metas=[meta], nullable=[nullable])
+    assert skip_layout(tm, (0,)) == want  # type: ignore[arg-type]
+
+
+def test_skip_layout_lists_the_logged_columns_in_order():
+    tm = SimpleNamespace(types=[c.T_LONG, c.T_VARCHAR, c.T_LONG], metas=[0, 30, 0], nullable=[False, True, False])
+    assert skip_layout(tm, (0, 1, 2)) == b"\x00\x04\x01\xf1\x00\x04"
+    assert skip_layout(tm, (1,)) == b"\x01\xf1"  # a MINIMAL image logs fewer
+
+
+@dataclass(frozen=True, slots=True)
+class Slotted:
+    a: object
+    b: object
+
+
+@dataclass(frozen=True)
+class Unslotted:  # its fields live in the instance's __dict__: set by name
+    a: object
+    b: object
+
+
+@pytest.mark.parametrize("cls", [Slotted, Unslotted])
+def test_constructors_build_the_objects_the_class_builds(cls):
+    make = constructor(cls)
+    assert make(1, "x") == cls(1, "x")
+    assert make([1], None).a == [1]
+    with pytest.raises(TypeError):
+        make(1)

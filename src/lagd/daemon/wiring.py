@@ -88,7 +88,9 @@ class FileRelay:
     def reader(self, index: Path, start: RelayPosition,
                resync: Callable[[], RelayPosition]) -> RelayReader:
         # The look-ahead needs no schema (TableMapResolver): it never queries the server.
-        return RelayLogReader(LogFiles(index), start, TableMapResolver(), resync=resync, chunk_size=1 << 20)
+        # Nor the rows' values: it counts them (backlog, advisor), so they are not decoded.
+        return RelayLogReader(LogFiles(index), start, TableMapResolver(), resync=resync, chunk_size=1 << 20,
+                              values=False)
 
 
 def configure_engine(engine: PrefetchEngine, p: PrefetchSettings, pool_bytes: int) -> None:

@@ -205,3 +205,22 @@ def _emit_value(
         width = c.real_type(tm.types[col], meta)[1]
         body.append(f"{ind}{var} = {var}.ljust({width}, b'\\x00')")
     body.append(f"{ind}pos += {lay.prefix} + n")
+
+
+def skip_layout(tm: TableMap, present: tuple[int, ...]) -> bytes | None:
+    """How to step over one row image without decoding it, for the C reader
+    (_speedups.c ``skip_image``): two bytes a logged column, whether it is
+    nullable (its NULL bit then counts) and its width (under 240 bytes) or 240
+    plus the bytes of its length prefix. None where a width does not fit: such
+    images are then decoded by ``compile_image_decoder``'s function."""
+    out = bytearray()
+    for col in present:
+        lay = c.layout(tm.types[col], tm.metas[col])
+        if lay.fixed is not None:
+            if lay.fixed >= 240:
+                return None
+            width = lay.fixed
+        else:
+            width = 240 + lay.prefix
+        out += bytes((1 if tm.nullable[col] else 0, width))
+    return bytes(out)

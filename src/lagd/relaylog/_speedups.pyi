@@ -8,5 +8,5 @@ def fast_transactions(
     query_ph: int, definitions: dict[int, Any], file: str, source_file: str | None,
     out: list[Any], new_start: Callable[..., Any], new_end: Callable[..., Any],
     new_row: Callable[..., Any], new_rq: Callable[..., Any], kinds: tuple[Any, Any, Any],
-    new_statement: Callable[..., Any], /,
+    new_statement: Callable[..., Any], values: bool, /,
 ) -> tuple[int, int, int, int, int]: ...

@@ -34,7 +34,7 @@ from lagd.relaylog._eventparts import (
     tagged_gtid,
     uuid_text,
 )
-from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder
+from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder, skip_layout
 from lagd.relaylog._tablemap import MAX_COLUMNS, TableMap, parse_table_map
 from lagd.relaylog.errors import EncryptedRelayLogError
 from lagd.relaylog.events import (
@@ -115,7 +115,7 @@ class ReaderStats:
 class _TableDecoder:
     """Decodes the rows of one table definition (one table-map body)."""
 
-    __slots__ = ("_images", "info", "probeable", "qualified", "table_id", "tm")
+    __slots__ = ("_images", "_skips", "info", "probeable", "qualified", "table_id", "tm")
 
     def __init__(self, tm: TableMap, info: TableInfo) -> None:
         self.tm = tm
@@ -124,15 +124,26 @@ class _TableDecoder:
         self.qualified = info.qualified
         self.probeable = info.probeable
         self._images: dict[bytes, ImageDecoder] = {}
+        self._skips: dict[bytes, bytes | None] = {}  # the C reader's, for rows without values
+
+    def _columns(self, present: bytes) -> tuple[int, ...]:
+        bits = int.from_bytes(present, "little")
+        return tuple(i for i in range(self.tm.column_count) if bits & (1 << i))
+
+    def skip(self, present: bytes) -> None:
+        """Make the image's skip layout for the C reader, which walks rows it
+        only counts by it (see ``EventDecoder.values``)."""
+        if present not in self._skips:
+            if len(self._skips) >= _MAX_IMAGES_PER_TABLE:
+                self._skips.clear()
+            self._skips[present] = skip_layout(self.tm, self._columns(present))
 
     def image(self, present: bytes) -> ImageDecoder:
         dec = self._images.get(present)
         if dec is None:
             if len(self._images) >= _MAX_IMAGES_PER_TABLE:
                 self._images.clear()  # MINIMAL images of many column sets, or damage
-            bits = int.from_bytes(present, "little")
-            cols = tuple(i for i in range(self.tm.column_count) if bits & (1 << i))
-            dec = compile_image_decoder(self.tm, self.info, cols)
+            dec = compile_image_decoder(self.tm, self.info, self._columns(present))
             self._images[present] = dec
         return dec
 
@@ -161,8 +172,14 @@ class EventDecoder:
         resolver: SchemaResolver,
         stats: ReaderStats | None = None,
         verify_checksums: bool = True,
+        values: bool = True,
     ) -> None:
         self.resolver = resolver
+        # False: rows carry no images (before and after None), for a reader that
+        # only counts them (the daemon's look-ahead tail). The C path then walks
+        # them by their layouts: the tail's decoding was about a fifth of the
+        # daemon's CPU in a catch-up, for values it never looked at.
+        self.values = values
         self.stats = stats or ReaderStats()
         self.verify = verify_checksums
         self.accelerated = fast_transactions is not None
@@ -287,7 +304,7 @@ class EventDecoder:
                     buf, pos, end, base, 4 if self.crc else 0, verify, 6,
                     self.post_header.get(w.QUERY_EVENT, 13), definitions, self.file,
                     self.source_file, out, new_start, _new_end, _new_row, _new_rows_query, _KINDS,
-                    _new_statement,
+                    _new_statement, self.values,
                 )
                 if new_pos != pos:
                     # Each transaction's end forgets its table maps, as _end does
@@ -414,11 +431,16 @@ class EventDecoder:
             before, p = before_dec(ev, p)
             if p > end:
                 raise w.WireError(f"row of {info.qualified} runs past the event")
-            out.append(_new_row(info, kind, before, None))
+            out.append(_new_row(info, kind, before if self.values else None, None))
             p = end
         else:
             p = self._row_images(ev, p, end, td, kind, before_dec,
-                             td.image(present2) if kind is RowKind.UPDATE else None, out)
+                             td.image(present2) if kind is RowKind.UPDATE else None, out, self.values)
+            if not self.values:
+                # So that the C path takes this table's next rows without values.
+                td.skip(present)
+                if kind is RowKind.UPDATE:
+                    td.skip(present2)
         n = len(out) - mark
         if p != end:
             del out[mark:]
@@ -432,7 +454,8 @@ class EventDecoder:
 
     @staticmethod
     def _row_images(ev: bytes, p: int, end: int, td: _TableDecoder, kind: RowKind,
-                first: ImageDecoder, second: ImageDecoder | None, out: list[Event]) -> int:
+                first: ImageDecoder, second: ImageDecoder | None, out: list[Event],
+                values: bool = True) -> int:
         """Decode the rows of one event; every row must consume bytes.
 
         Without that check a damaged column set decoding to zero bytes a row
@@ -446,7 +469,9 @@ class EventDecoder:
             a, p = first(ev, p)
             if second is not None:
                 b, p = second(ev, p)
-                append(_new_row(info, kind, a, b))
+                append(_new_row(info, kind, a, b) if values else _new_row(info, kind, None, None))
+            elif not values:
+                append(_new_row(info, kind, None, None))
             elif kind is RowKind.INSERT:
                 append(_new_row(info, kind, None, a))
             else:

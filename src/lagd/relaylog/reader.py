@@ -148,7 +148,8 @@ class RelayLogReader:
     """Reads events from a position onward; see the module docstring.
 
     ``read()`` never blocks: it returns the events decoded from what is on
-    disk now (an empty list at the tail). ``follow()`` polls.
+    disk now (an empty list at the tail). ``follow()`` polls. ``values=False``:
+    row changes carry no images, for a reader that counts them.
     """
 
     def __init__(
@@ -160,10 +161,11 @@ class RelayLogReader:
         resync: ResyncFn | None = None,
         chunk_size: int = 1 << 20,
         verify_checksums: bool = True,
+        values: bool = True,
     ) -> None:
         self.files = files
         self.stats = ReaderStats()
-        self.decoder = EventDecoder(resolver or TableMapResolver(), self.stats, verify_checksums)
+        self.decoder = EventDecoder(resolver or TableMapResolver(), self.stats, verify_checksums, values)
         self._resync_fn = resync
         self.chunk_size = chunk_size
         if start is None:

@@ -229,7 +229,8 @@ def test_skip_layout_gives_each_columns_width_or_length_prefix(col_type, meta, n
 
 
 def test_skip_layout_lists_the_logged_columns_in_order():
-    tm = SimpleNamespace(types=[c.T_LONG, c.T_VARCHAR, c.T_LONG], metas=[0, 30, 0], nullable=[False, True, False])
+    tm = SimpleNamespace(types=[c.T_LONG, c.T_VARCHAR, c.T_LONG], metas=[0, 30, 0],
+                         nullable=[False, True, False])
     assert skip_layout(tm, (0, 1, 2)) == b"\x00\x04\x01\xf1\x00\x04"
     assert skip_layout(tm, (1,)) == b"\x01\xf1"  # a MINIMAL image logs fewer
 

@@ -323,6 +323,11 @@ def test_restart_reason_table() -> None:
         (at(st, FILE, 5000, sql_running=False, io_state=IoState.STOPPED), st, True, {FILE},
          "SQL thread was started"),
         (at(st, FILE, 5000, sql_running=False), st, True, {FILE}, None),  # the IO thread ran on
+        # The SQL thread started alone, the IO thread still stopped: the same relay log.
+        (at(st, FILE, 5000, sql_running=False, io_state=IoState.STOPPED), at(st, FILE, 5000,
+         io_state=IoState.STOPPED), True, {FILE}, None),
+        (at(st, FILE, 5000, sql_running=False, io_state=IoState.STOPPED), at(st, FILE, 5000,
+         io_state=IoState.CONNECTING), True, {FILE}, "SQL thread was started"),
         (at(st, FILE, 5000, io_state=IoState.STOPPED), st, True, {FILE}, "runs again"),
         (None, st, True, None, None),
     ]

@@ -396,13 +396,24 @@ format = "json"
                 stdout=subprocess.DEVNULL, stderr=err, preexec_fn=lambda: os.nice(NICE[0]))
         self.pid = self.proc.pid
         deadline = time.monotonic() + 60
-        # Up, not merely answering: its prefetch engine watches the stopped SQL thread, as
-        # on a replica where lagd ran before the lag began (its start-up is not the catch-up's).
+        # Up, not merely answering: its prefetch engine watches the stopped SQL thread, and
+        # its look-ahead tail has read the backlog, as on a replica where lagd ran while the
+        # lag built up (its start-up is not the catch-up's). Before, the tail read the whole
+        # backlog in the catch-up's first second: 0.5-0.7 CPU-seconds in a 3.4-s hot one.
+        seen: list[int] = []
+
         def up() -> bool:
             st = self.status()
-            if st is None or PF_OPTIONS.get("enabled") is False:
-                return st is not None
-            return (st.get("prefetch") or {}).get("state") == "paused"
+            if st is None:
+                return False
+            backlog = ((st.get("lag") or {}).get("backlog") or {}).get("transactions")
+            seen.append(backlog or 0)
+            # /status is a snapshot the daemon refreshes about once a second: unchanged
+            # for 2 s, the tail is at the end of the relay log.
+            read = len(seen) >= 10 and len(set(seen[-10:])) == 1 and seen[-1] > 0
+            if PF_OPTIONS.get("enabled") is False:
+                return read
+            return read and (st.get("prefetch") or {}).get("state") == "paused"
 
         while not up():
             if self.proc.poll() is not None or time.monotonic() > deadline:

@@ -277,6 +277,18 @@ def test_a_try_no_faster_that_purge_made_slower_holds_long() -> None:
     assert not g.open and g.hold == control.PURGE_HOLD * control.HOLD_WINDOWS
 
 
+def test_a_try_slower_without_purge_that_left_purge_far_behind_holds_long() -> None:
+    """update_k's first try: 0.5% slower on the apply rate alone, and 30% of it left to
+    purge. That held 30 s, and the next try cost as much again."""
+    g = stall_gate(MEASURING, replace(w(0.6), history=10_000), prefetching=False)
+    g = stall_gate(g, replace(w(0.1, rate=1000), history=10_000, trx_bytes=600), prefetching=True)  # grace
+    for second in (1, 2):
+        g = stall_gate(g, replace(w(0.1, rate=995), history=10_000 + 500 * second, trx_bytes=600),
+                       prefetching=True)
+    assert not g.open and g.hold == control.PURGE_HOLD * control.HOLD_WINDOWS
+    assert "slowed the SQL thread down and left purge behind" in g.reason
+
+
 def test_a_try_that_did_not_pay_anyway_holds_as_usual_whatever_purge_left() -> None:
     """Purge is the cause of the long hold only where it made a try lose that was no slower
     without it, by more than a few KiB/s (a burst)."""

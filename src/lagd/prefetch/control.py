@@ -271,12 +271,15 @@ SLOWED_HOLD = 3
 # found), the gate shuts.
 PURGE_BEHIND = 100_000
 PURGE_GROWTH = 10_000
-# A try that was no slower on the apply rate alone but leaves purge further behind than
-# it gains (by 5% of the rate before or more: a purge burst of a few KiB/s is not the
-# cause) holds the gate this many times the usual hold, up to MAX_PURGE_HOLD windows:
+# A try that lost and left purge behind by 5% of the rate before or more (a purge
+# burst of a few KiB/s is not the cause) holds the gate this many times the usual
+# hold, up to MAX_PURGE_HOLD windows, whether or not the apply rate alone was slower:
 # that is the workload's row changes (index entries to purge), not a passing state,
 # and every try costs more than it lasts (update_k: a 3-s try left 10,000-11,000
 # transactions of history, and the catch-up ran 0.90-0.99x with a try every 30-60 s).
+# Until 2026-11-25 (evening) only a try no slower without purge held this long: one
+# 0.5% slower (1,674 against 1,683 KiB/s) that left 493 KiB/s to purge held 30 s,
+# and the try after it cost update_k's catch-up another 3 s.
 PURGE_HOLD = 12
 MAX_PURGE_HOLD = 600
 PURGE_SPAN = 4.0  # seconds of probing before purge's falling behind is judged (purge_debt)
@@ -535,10 +538,13 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # rest of the transaction.
         return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
                        judged=(0.0, 0), fails=0)
-    if debt >= gate.rate_before * (RAISED - 1) and rate + debt >= gate.rate_before > rate:
+    if debt >= gate.rate_before * (RAISED - 1) and gate.rate_before > rate:
         hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))
-        return Gate(False, f"probes leave purge further behind than they speed the SQL thread up"
-                           f" ({rates}): backing off for {hold} s", None, True, 0, hold, fails=gate.fails + 1)
+        what = ("probes leave purge further behind than they speed the SQL thread up"
+                if rate + debt >= gate.rate_before
+                else "probes slowed the SQL thread down and left purge behind")
+        return Gate(False, f"{what} ({rates}): backing off for {hold} s", None, True, 0, hold,
+                    fails=gate.fails + 1)
     if rate < gate.rate_before:  # every at-once verdict (``slowed``) is one of these
         hold = min(MAX_HOLD_WINDOWS, SLOWED_HOLD * _hold(gate.fails))
         return Gate(False, f"probes slowed the SQL thread down ({rates}): backing off for {hold} s",

@@ -268,37 +268,24 @@ def test_a_try_whose_first_seconds_leave_purge_far_behind_stops_then(growth: int
     assert words in g.reason
 
 
-def test_a_try_no_faster_that_purge_made_slower_holds_long() -> None:
+@pytest.mark.parametrize(("rate", "growth", "trx_bytes", "hold", "words"), [
+    # No slower on the apply rate alone; purge made it lose: the long hold.
+    (1030, 1_000, 600, control.PURGE_HOLD * control.HOLD_WINDOWS, "leave purge further behind"),
+    # update_k's first try: 0.5% slower alone, and 30% of it left to purge. That held
+    # 30 s, and the next try cost as much again.
+    (995, 500, 600, control.PURGE_HOLD * control.HOLD_WINDOWS, "slowed the SQL thread down and left purge"),
+    # Purge's part a few KiB/s (a burst): the try did not pay anyway, the usual hold.
+    (1030, 60, 300, control.HOLD_WINDOWS, "probes did not speed the SQL thread up"),
+])
+def test_a_try_that_purge_made_lose_holds_long(rate: int, growth: int, trx_bytes: int, hold: int,
+                                                words: str) -> None:
     g = stall_gate(MEASURING, replace(w(0.6), history=10_000), prefetching=False)
-    g = stall_gate(g, replace(w(0.1, rate=1000), history=10_000, trx_bytes=600), prefetching=True)  # grace
-    for second in (1, 2):
-        g = stall_gate(g, replace(w(0.1, rate=1030), history=10_000 + 1_000 * second, trx_bytes=600),
+    g = stall_gate(g, replace(w(0.1, rate=1000), history=10_000, trx_bytes=trx_bytes), prefetching=True)
+    for second in (1, 2):  # after the grace second, two judged
+        g = stall_gate(g, replace(w(0.1, rate=rate), history=10_000 + growth * second, trx_bytes=trx_bytes),
                        prefetching=True)
-    assert not g.open and g.hold == control.PURGE_HOLD * control.HOLD_WINDOWS
-
-
-def test_a_try_slower_without_purge_that_left_purge_far_behind_holds_long() -> None:
-    """update_k's first try: 0.5% slower on the apply rate alone, and 30% of it left to
-    purge. That held 30 s, and the next try cost as much again."""
-    g = stall_gate(MEASURING, replace(w(0.6), history=10_000), prefetching=False)
-    g = stall_gate(g, replace(w(0.1, rate=1000), history=10_000, trx_bytes=600), prefetching=True)  # grace
-    for second in (1, 2):
-        g = stall_gate(g, replace(w(0.1, rate=995), history=10_000 + 500 * second, trx_bytes=600),
-                       prefetching=True)
-    assert not g.open and g.hold == control.PURGE_HOLD * control.HOLD_WINDOWS
-    assert "slowed the SQL thread down and left purge behind" in g.reason
-
-
-def test_a_try_that_did_not_pay_anyway_holds_as_usual_whatever_purge_left() -> None:
-    """Purge is the cause of the long hold only where it made a try lose that was no slower
-    without it, by more than a few KiB/s (a burst)."""
-    g = stall_gate(MEASURING, replace(w(0.6), history=10_000), prefetching=False)
-    g = stall_gate(g, replace(w(0.1, rate=1000), history=10_000, trx_bytes=300), prefetching=True)  # grace
-    for second in (1, 2):
-        g = stall_gate(g, replace(w(0.1, rate=1030), history=10_000 + 60 * second, trx_bytes=300),
-                       prefetching=True)
-    assert not g.open and g.hold == control.HOLD_WINDOWS
-    assert "probes did not speed the SQL thread up" in g.reason
+    assert not g.open and g.hold == hold
+    assert words in g.reason
 
 
 def test_holds_after_purge_fell_behind_grow_to_ten_minutes() -> None:

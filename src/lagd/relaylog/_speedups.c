@@ -268,6 +268,91 @@ uuid_text(const unsigned char *u, uint64_t gno)
  *                   new_start, new_end, new_row, new_rows_query, kinds, new_statement)
  * -> (pos, events, rows, unprobeable, transactions)
  */
+/* Appends a row change with the given images; 0, or -1 on an error. */
+static int
+append_row(PyObject *new_row, PyObject *info, PyObject *kind_obj, PyObject *before, PyObject *after,
+           PyObject *out)
+{
+    PyObject *ra[4] = {info, kind_obj, before, after};
+    PyObject *row = call(new_row, ra, 4);
+    if (row == NULL)
+        return -1;
+    int rc = PyList_Append(out, row);
+    Py_DECREF(row);
+    return rc;
+}
+
+/* The rows of one event from q to body_end, decoded by the generated image
+   decoders dec1 (and dec2 for an update's after image). As in decoder.py, they
+   see this event's bytes only (offsets relative to its start p), so a damaged
+   length cannot read or copy beyond it, and every row must consume bytes, or
+   a zero-width column set would append rows forever. Returns the offset after
+   the rows, or -1 (an error may be set); *count: rows appended. */
+static Py_ssize_t
+decode_rows(const unsigned char *buf, Py_ssize_t p, Py_ssize_t q, Py_ssize_t body_end,
+            PyObject *dec1, PyObject *dec2, int kind, PyObject *info, PyObject *kind_obj,
+            PyObject *new_row, PyObject *out, Py_ssize_t *count)
+{
+    PyObject *evobj = PyBytes_FromStringAndSize((const char *)buf + p, body_end - p);
+    if (evobj == NULL)
+        return -1;
+    Py_ssize_t ev_end = body_end - p;
+    q -= p;
+    int ok = 1;
+    while (ok && q < ev_end) {
+        PyObject *vals[2] = {NULL, NULL};
+        Py_ssize_t row_start = q;
+        for (int img = 0; img < (kind == 1 ? 2 : 1); img++) {
+            PyObject *posobj = PyLong_FromSsize_t(q);
+            if (posobj == NULL) { ok = 0; break; }
+            PyObject *ca[2] = {evobj, posobj};
+            PyObject *res = call(img == 0 ? dec1 : dec2, ca, 2);
+            Py_DECREF(posobj);
+            if (res == NULL) { ok = 0; break; }
+            if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
+                Py_DECREF(res);
+                ok = 0;
+                break;
+            }
+            vals[img] = Py_NewRef(PyTuple_GET_ITEM(res, 0));
+            q = PyLong_AsSsize_t(PyTuple_GET_ITEM(res, 1));
+            Py_DECREF(res);
+            if (q < 0 || q > ev_end) { ok = 0; break; }
+        }
+        if (ok && q <= row_start) ok = 0;
+        if (ok && append_row(new_row, info, kind_obj, kind == 0 ? Py_None : vals[0],
+                             kind == 0 ? vals[0] : (kind == 1 ? vals[1] : Py_None), out) < 0)
+            ok = 0;
+        Py_XDECREF(vals[0]);
+        Py_XDECREF(vals[1]);
+        if (ok) (*count)++;
+    }
+    Py_DECREF(evobj);
+    return ok ? q + p : -1;
+}
+
+/* The same rows walked by their skip layouts (bytes: see skip_image), appended
+   without images. */
+static Py_ssize_t
+walk_rows(const unsigned char *buf, Py_ssize_t q, Py_ssize_t body_end, PyObject *lay1, PyObject *lay2,
+          PyObject *info, PyObject *kind_obj, PyObject *new_row, PyObject *out, Py_ssize_t *count)
+{
+    const unsigned char *l1 = (const unsigned char *)PyBytes_AS_STRING(lay1);
+    Py_ssize_t n1 = PyBytes_GET_SIZE(lay1) / 2;
+    const unsigned char *l2 = lay2 ? (const unsigned char *)PyBytes_AS_STRING(lay2) : NULL;
+    Py_ssize_t n2 = lay2 ? PyBytes_GET_SIZE(lay2) / 2 : 0;
+    while (q < body_end) {
+        Py_ssize_t row_start = q;
+        q = skip_image(buf, q, body_end, l1, n1);
+        if (q >= 0 && l2 != NULL)
+            q = skip_image(buf, q, body_end, l2, n2);
+        if (q <= row_start || append_row(new_row, info, kind_obj, Py_None, Py_None, out) < 0)
+            return -1;
+        (*count)++;
+    }
+    return q;
+}
+
 static PyObject *
 fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -460,134 +545,43 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     ;
                 if (k == nslots) { failed = 1; break; }
                 PyObject *td = slots[k].td;
-                if (!values) {
-                    /* Count the rows: walk them by their skip layouts. */
-                    PyObject *skips = PyObject_GetAttr(td, str_skips);
-                    if (skips == NULL) goto error;
-                    PyObject *k1 = PyBytes_FromStringAndSize((const char *)buf + q, nb);
-                    PyObject *k2 = kind == 1 ? PyBytes_FromStringAndSize((const char *)buf + q + nb, nb) : NULL;
-                    PyObject *l1 = k1 ? PyDict_GetItemWithError(skips, k1) : NULL;
-                    PyObject *l2 = (kind == 1 && k2) ? PyDict_GetItemWithError(skips, k2) : NULL;
-                    Py_XDECREF(k1);
-                    Py_XDECREF(k2);
-                    if (PyErr_Occurred()) { Py_DECREF(skips); goto error; }
-                    if (l1 == NULL || !PyBytes_Check(l1) || (kind == 1 && (l2 == NULL || !PyBytes_Check(l2)))) {
-                        Py_DECREF(skips);
-                        failed = 1;
-                        break;
-                    }
-                    q += nb * (kind == 1 ? 2 : 1);
-                    const unsigned char *lay1 = (const unsigned char *)PyBytes_AS_STRING(l1);
-                    Py_ssize_t n1 = PyBytes_GET_SIZE(l1) / 2;
-                    const unsigned char *lay2 = l2 ? (const unsigned char *)PyBytes_AS_STRING(l2) : NULL;
-                    Py_ssize_t n2 = l2 ? PyBytes_GET_SIZE(l2) / 2 : 0;
-                    PyObject *info = PyObject_GetAttr(td, str_info);
-                    PyObject *qualified = PyObject_GetAttr(td, str_qualified);
-                    PyObject *probeable = PyObject_GetAttr(td, str_probeable);
-                    PyObject *kind_obj = PyTuple_GET_ITEM(kinds, kind);
-                    int ok = info && qualified && probeable;
-                    Py_ssize_t n = 0;
-                    /* The layouts are owned by skips, held until the rows are walked. */
-                    while (ok && q < body_end) {
-                        Py_ssize_t row_start = q;
-                        q = skip_image(buf, q, body_end, lay1, n1);
-                        if (q >= 0 && lay2 != NULL)
-                            q = skip_image(buf, q, body_end, lay2, n2);
-                        if (q <= row_start) { ok = 0; break; }
-                        PyObject *ra[4] = {info, kind_obj, Py_None, Py_None};
-                        PyObject *row = call(new_row, ra, 4);
-                        if (row == NULL) { ok = 0; break; }
-                        int rc = PyList_Append(out, row);
-                        Py_DECREF(row);
-                        if (rc < 0) { ok = 0; break; }
-                        n++;
-                    }
-                    Py_DECREF(skips);
-                    int add_rc = ok ? PySet_Add(tables, qualified) : 0;
-                    int is_probeable = ok ? PyObject_IsTrue(probeable) : 0;
-                    Py_XDECREF(info); Py_XDECREF(qualified); Py_XDECREF(probeable);
-                    if (!ok || add_rc < 0 || is_probeable < 0) {
-                        PyErr_Clear();
-                        failed = 1;
-                        break;
-                    }
-                    if (q != body_end) { failed = 1; break; }
-                    t_rows += n;
-                    if (!is_probeable) t_unprobeable += n;
-                    t_row_events++;
-                    if (rflags & 1) t_statements++;
-                    t_events++;
-                    p = nxt;
-                    continue;
-                }
-                PyObject *images = PyObject_GetAttr(td, str_images);
-                if (images == NULL) goto error;
-                PyObject *present = PyBytes_FromStringAndSize((const char *)buf + q, nb);
-                PyObject *present2 = kind == 1 ? PyBytes_FromStringAndSize((const char *)buf + q + nb, nb) : NULL;
+                /* The row images' decoders, or without values their skip layouts. */
+                PyObject *lookup = PyObject_GetAttr(td, values ? str_images : str_skips);
+                if (lookup == NULL) goto error;
+                PyObject *k1 = PyBytes_FromStringAndSize((const char *)buf + q, nb);
+                PyObject *k2 = kind == 1 ? PyBytes_FromStringAndSize((const char *)buf + q + nb, nb) : NULL;
                 q += nb * (kind == 1 ? 2 : 1);
-                PyObject *dec1 = present ? PyDict_GetItemWithError(images, present) : NULL;
-                PyObject *dec2 = (kind == 1 && present2) ? PyDict_GetItemWithError(images, present2) : NULL;
-                Py_XDECREF(present);
-                Py_XDECREF(present2);
-                if (PyErr_Occurred()) { Py_DECREF(images); goto error; }
-                if (dec1 == NULL || (kind == 1 && dec2 == NULL)) { Py_DECREF(images); failed = 1; break; }
-                Py_INCREF(dec1);
-                Py_XINCREF(dec2);
-                Py_DECREF(images);
+                PyObject *im1 = k1 ? PyDict_GetItemWithError(lookup, k1) : NULL;
+                PyObject *im2 = (kind == 1 && k2) ? PyDict_GetItemWithError(lookup, k2) : NULL;
+                Py_XDECREF(k1);
+                Py_XDECREF(k2);
+                Py_XINCREF(im1);
+                Py_XINCREF(im2);
+                Py_DECREF(lookup);
+                if (PyErr_Occurred()) { Py_XDECREF(im1); Py_XDECREF(im2); goto error; }
+                if (im1 == NULL || (kind == 1 && im2 == NULL)
+                    || (!values && (!PyBytes_Check(im1) || (im2 != NULL && !PyBytes_Check(im2))))) {
+                    Py_XDECREF(im1);
+                    Py_XDECREF(im2);
+                    failed = 1;
+                    break;
+                }
                 PyObject *info = PyObject_GetAttr(td, str_info);
                 PyObject *qualified = PyObject_GetAttr(td, str_qualified);
                 PyObject *probeable = PyObject_GetAttr(td, str_probeable);
                 PyObject *kind_obj = PyTuple_GET_ITEM(kinds, kind);
-                /* As in decoder.py: the image decoders see this event's bytes
-                   only (offsets relative to its start), so a damaged length
-                   cannot read or copy beyond it, and every row must consume
-                   bytes, or a zero-width column set would append rows forever. */
-                PyObject *evobj = PyBytes_FromStringAndSize((const char *)buf + p, body_end - p);
-                Py_ssize_t ev_end = body_end - p;
-                q -= p;
-                int ok = info && qualified && probeable && evobj;
                 Py_ssize_t n = 0;
-                while (ok && q < ev_end) {
-                    PyObject *vals[2] = {NULL, NULL};
-                    Py_ssize_t row_start = q;
-                    for (int img = 0; img < (kind == 1 ? 2 : 1); img++) {
-                        PyObject *posobj = PyLong_FromSsize_t(q);
-                        if (posobj == NULL) { ok = 0; break; }
-                        PyObject *ca[2] = {evobj, posobj};
-                        PyObject *res = call(img == 0 ? dec1 : dec2, ca, 2);
-                        Py_DECREF(posobj);
-                        if (res == NULL) { ok = 0; break; }
-                        if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
-                            Py_DECREF(res);
-                            ok = 0;
-                            break;
-                        }
-                        vals[img] = Py_NewRef(PyTuple_GET_ITEM(res, 0));
-                        q = PyLong_AsSsize_t(PyTuple_GET_ITEM(res, 1));
-                        Py_DECREF(res);
-                        if (q < 0 || q > ev_end) { ok = 0; break; }
-                    }
-                    if (ok && q <= row_start) ok = 0;
-                    if (!ok) { Py_XDECREF(vals[0]); Py_XDECREF(vals[1]); break; }
-                    PyObject *ra[4] = {info, kind_obj,
-                                       kind == 0 ? Py_None : vals[0],
-                                       kind == 0 ? vals[0] : (kind == 1 ? vals[1] : Py_None)};
-                    PyObject *row = call(new_row, ra, 4);
-                    Py_XDECREF(vals[0]);
-                    Py_XDECREF(vals[1]);
-                    if (row == NULL) { ok = 0; break; }
-                    int rc = PyList_Append(out, row);
-                    Py_DECREF(row);
-                    if (rc < 0) { ok = 0; break; }
-                    n++;
-                }
-                int add_rc = ok ? PySet_Add(tables, qualified) : 0;
-                int is_probeable = ok ? PyObject_IsTrue(probeable) : 0;
-                Py_XDECREF(evobj);
-                q += p;
+                if (!(info && qualified && probeable))
+                    q = -1;
+                else if (values)
+                    q = decode_rows(buf, p, q, body_end, im1, im2, kind, info, kind_obj, new_row, out, &n);
+                else
+                    q = walk_rows(buf, q, body_end, im1, im2, info, kind_obj, new_row, out, &n);
+                int add_rc = q >= 0 ? PySet_Add(tables, qualified) : 0;
+                int is_probeable = q >= 0 ? PyObject_IsTrue(probeable) : 0;
                 Py_XDECREF(info); Py_XDECREF(qualified); Py_XDECREF(probeable);
-                Py_DECREF(dec1); Py_XDECREF(dec2);
-                if (!ok || add_rc < 0 || is_probeable < 0) {
+                Py_DECREF(im1); Py_XDECREF(im2);
+                if (q < 0 || add_rc < 0 || is_probeable < 0) {
                     /* Decoding trouble (or a rows/event length mismatch) is the
                        Python path's to report; drop any error and roll back. */
                     PyErr_Clear();

@@ -42,6 +42,7 @@ from typing import Any
 import pymysql
 import pymysql.cursors
 
+from lagd.mysql.progress import history_length, history_length_sql
 from lagd.relaylog import LogFiles, RelayLogReader, TableMapResolver, TransactionEnd, TransactionStart
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from lagd.sandbox.server import default_cache_dir, free_port
@@ -73,7 +74,6 @@ SQL_WAITS = [False]  # sample the SQL thread's performance_schema waits each sec
 WAITS_OPTIONS = {"performance-schema": "ON", "performance-schema-instrument": "wait/%=ON",
                  "performance-schema-events-waits-history-long-size": "1000000"}
 POOL_BYTES = {"256M": 256 << 20, "6G": 6 << 30, "32M": 32 << 20}
-HISTORY_SQL = "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'trx_rseg_history_len'"
 PURGED_AT = 1000  # purge history length under which a run's purge counts as done
 PURGE_WAIT_S = 180.0  # after the catch-up, at most this long
 
@@ -236,8 +236,11 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     history: list[tuple[float, int]] = []
 
     def history_len() -> int:
-        poll_cur.execute(HISTORY_SQL)
-        return int(poll_cur.fetchone()["COUNT"])
+        poll_cur.execute(history_length_sql(mariadb=True))  # as lagd reads it
+        n = history_length(poll_cur.fetchall())
+        if n is None:
+            raise RuntimeError("the replica's purge history length cannot be read (INNODB_METRICS)")
+        return n
 
     while True:
         if waits is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lagd.lag_rates import DecayingRate
-from lagd.mysql.errors import Kind
+from lagd.mysql.errors import Kind, kind_of
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control, stall
 from lagd.prefetch.offloop import OneThread
@@ -445,7 +445,7 @@ class PrefetchEngine:
             self._history_at = self._clock()
         except Exception as e:
             self.purge_history = None
-            if getattr(e, "kind", None) == Kind.DENIED:
+            if kind_of(e) is Kind.DENIED:
                 self._history_readable = False
                 log.info("cannot read InnoDB's purge history length (%s): the gate cannot tell when "
                          "purge falls behind; grant PROCESS to lagd's account", e)

@@ -262,12 +262,6 @@ uuid_text(const unsigned char *u, uint64_t gno)
     return PyUnicode_FromFormat("%s:%llu", s, (unsigned long long)gno);
 }
 
-/*
- * fast_transactions(buf, pos, end, base, crc_len, verify, tid_len, query_ph,
- *                   definitions, file, source_file, out,
- *                   new_start, new_end, new_row, new_rows_query, kinds, new_statement)
- * -> (pos, events, rows, unprobeable, transactions)
- */
 /* Appends a row change with the given images; 0, or -1 on an error. */
 static int
 append_row(PyObject *new_row, PyObject *info, PyObject *kind_obj, PyObject *before, PyObject *after,
@@ -353,6 +347,12 @@ walk_rows(const unsigned char *buf, Py_ssize_t q, Py_ssize_t body_end, PyObject 
     return q;
 }
 
+/*
+ * fast_transactions(buf, pos, end, base, crc_len, verify, tid_len, query_ph,
+ *                   definitions, file, source_file, out,
+ *                   new_start, new_end, new_row, new_rows_query, kinds, new_statement, values)
+ * -> (pos, events, rows, unprobeable, transactions)
+ */
 static PyObject *
 fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {

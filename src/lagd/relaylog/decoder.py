@@ -469,9 +469,10 @@ class EventDecoder:
             a, p = first(ev, p)
             if second is not None:
                 b, p = second(ev, p)
-                append(_new_row(info, kind, a, b) if values else _new_row(info, kind, None, None))
-            elif not values:
+            if not values:
                 append(_new_row(info, kind, None, None))
+            elif second is not None:
+                append(_new_row(info, kind, a, b))
             elif kind is RowKind.INSERT:
                 append(_new_row(info, kind, None, a))
             else:

@@ -202,9 +202,13 @@ def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[
     meta_path = cache / "meta.json"
     if meta_path.exists():
         meta: dict[str, Any] = json.loads(meta_path.read_text())
-        if meta.get("rows") == n_rows and meta.get("changes") == changes \
-                and set(workloads) <= set(meta["workloads"]):
-            return meta  # a backlog of another length is another benchmark: built anew
+        if meta.get("rows") == n_rows and meta.get("changes") == changes:
+            if set(workloads) <= set(meta["workloads"]):
+                return meta
+            # The source is not cached, so a new workload means building it all again:
+            # the cached workloads are built again with it, not dropped.
+            workloads = [*meta["workloads"], *(w for w in workloads if w not in meta["workloads"])]
+        # (a backlog of another length is another benchmark: built anew)
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     N_ROWS[0] = n_rows

@@ -619,6 +619,21 @@ def test_the_engine_gives_the_gate_the_purge_history_and_stops_probes_that_leave
     assert eng.purge_history == 150_000
 
 
+def test_an_old_purge_history_reading_is_unknown_to_the_gate_and_to_status() -> None:
+    """Read only while the gate measures or probes may run: after a long hold the last
+    reading is minutes old, and neither the gate nor /status takes it for today's."""
+    fake = FakeStall()
+    fake.snapshot = lambda busy: {}  # type: ignore[attr-defined]
+    eng, _ = engine_with(fake)
+    eng.monitor = HistoryMonitor(9_000)  # type: ignore[assignment]
+    asyncio.run(eng._read_history())  # at 0 on the fake clock
+    assert [eng._history(t) for t in (0.0, 4.9, 5.0, 300.0)] == [9_000, 9_000, None, None]
+    for _ in range(6):
+        eng._clock()
+    snap = eng.stall_snapshot()
+    assert snap is not None and snap["purge_history"] is None
+
+
 def test_without_process_the_purge_history_is_unknown_and_not_asked_again(
         caplog: pytest.LogCaptureFixture) -> None:
     from lagd.mysql.errors import DatabaseError, Kind  # noqa: PLC0415

@@ -50,6 +50,9 @@ _PROBATION_IN_FLIGHT = 2
 _PROBATION_ROWS = 256  # rows probed on probation before the quick check must judge them
 _MEASURING = control.Gate(False, "measuring the SQL thread before prefetching", None, True)
 _BLIND_CHECKS = 3  # seconds to wait for the applier threads' first readings
+# A purge history reading older than this is not used (the gate checks once a second
+# and reads it first; /status shows it only while it is that fresh).
+_HISTORY_FRESH = 5.0
 
 
 @dataclass(slots=True)
@@ -185,7 +188,7 @@ class PrefetchEngine:
         self._appliers_warned = False
         # InnoDB's purge history length at the last gate check (None: not known), read
         # while the gate measures or probes may run; not asked again once the server
-        # refused it (no PROCESS: _history_readable).
+        # refused it (no PROCESS: _history_readable). Use it through _history().
         self.purge_history: int | None = None
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
         self._history_at = 0.0
@@ -450,6 +453,11 @@ class PrefetchEngine:
                 log.info("cannot read InnoDB's purge history length (%s): the gate cannot tell when "
                          "purge falls behind; grant PROCESS to lagd's account", e)
 
+    def _history(self, now: float) -> int | None:
+        """The last purge history reading while it is fresh, else unknown: it is not read
+        while the gate keeps prefetch out, and an old reading is not today's."""
+        return self.purge_history if now - self._history_at < _HISTORY_FRESH else None
+
     async def _appliers(self) -> tuple[int, ...]:
         """The applier threads' OS ids; () when they cannot be seen (said once)."""
         st = self._sample.status if self._sample is not None else None
@@ -658,7 +666,7 @@ class PrefetchEngine:
             return
         span = sum(window.values()) / len(mon.threads)
         w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied,
-                                 self.purge_history, self._trx_bytes or None)
+                                 self._history(now), self._trx_bytes or None)
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
         self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
@@ -802,7 +810,7 @@ class PrefetchEngine:
             return None
         return {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
                 "gate_open": self.gate_state.open, "gate_reason": self.gate_state.reason,
-                "purge_history": self.purge_history if self._clock() - self._history_at < 5.0 else None,
+                "purge_history": self._history(self._clock()),
                 "schema": self.gate.snapshot()}
 
 

@@ -197,18 +197,28 @@ def _wait_received(sb: Sandbox, timeout: float = 600) -> None:
     raise RuntimeError("the replica's IO thread did not receive the workload in time")
 
 
+def to_build(cached: dict[str, Any] | None, n_rows: int, changes: int, wanted: list[str]) -> list[str]:
+    """The workloads to build, [] when the cache (its meta.json, or None) holds them all.
+
+    The source is not cached, so one workload missing means building it all again,
+    and then the cached workloads are built again with it rather than dropped. A
+    cache of another table or backlog length is another benchmark: replaced."""
+    if cached is None or cached.get("rows") != n_rows or cached.get("changes") != changes:
+        return list(wanted)
+    have = list(cached.get("workloads") or {})
+    if set(wanted) <= set(have):
+        return []
+    return [*have, *(w for w in wanted if w not in have)]
+
+
 def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[str, Any]:
     """Make (or reuse) the cached base datadir and workload overlays."""
     meta_path = cache / "meta.json"
-    if meta_path.exists():
-        meta: dict[str, Any] = json.loads(meta_path.read_text())
-        if meta.get("rows") == n_rows and meta.get("changes") == changes:
-            if set(workloads) <= set(meta["workloads"]):
-                return meta
-            # The source is not cached, so a new workload means building it all again:
-            # the cached workloads are built again with it, not dropped.
-            workloads = [*meta["workloads"], *(w for w in workloads if w not in meta["workloads"])]
-        # (a backlog of another length is another benchmark: built anew)
+    cached: dict[str, Any] | None = json.loads(meta_path.read_text()) if meta_path.exists() else None
+    todo = to_build(cached, n_rows, changes, workloads)
+    if cached is not None and not todo:
+        return cached
+    workloads = todo
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     N_ROWS[0] = n_rows

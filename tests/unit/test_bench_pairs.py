@@ -1,6 +1,8 @@
-"""How the catch-up benchmark orders its runs and pairs them (tests/bench/bench_prefetch.py)."""
+"""How the catch-up benchmark orders its runs and pairs them (tests/bench/bench_prefetch.py),
+and what it builds into its cache (prefetch_setup.py)."""
 import pytest
 from tests.bench.bench_prefetch import Run, pair_ratios, pairs_plan
+from tests.bench.prefetch_setup import to_build
 
 
 def run(workload: str, mode: str, seconds: float = 1.0) -> Run:
@@ -40,3 +42,17 @@ def test_pair_ratios_pairs_each_run_with_its_neighbouring_twin(runs, want):
     for pairs in got.values():
         for cold, pf in pairs:
             assert cold.mode in ("cold", "parallel") and pf.mode in ("prefetch", "parallel+pf")
+
+
+@pytest.mark.parametrize(("cached", "wanted", "want"), [
+    (None, ["update_pk"], ["update_pk"]),  # no cache yet
+    ({"rows": 10, "changes": 5, "workloads": {"update_pk": {}, "insert": {}}}, ["insert"], []),
+    # one missing: all built again, the cached ones kept
+    ({"rows": 10, "changes": 5, "workloads": {"update_pk": {}, "insert": {}}}, ["delete", "insert"],
+     ["update_pk", "insert", "delete"]),
+    # another backlog length is another benchmark
+    ({"rows": 10, "changes": 6, "workloads": {"update_pk": {}}}, ["insert"], ["insert"]),
+    ({"rows": 11, "changes": 5, "workloads": {"update_pk": {}}}, ["update_pk"], ["update_pk"]),
+])
+def test_a_cache_missing_a_workload_keeps_the_ones_it_held(cached, wanted, want):
+    assert to_build(cached, 10, 5, wanted) == want

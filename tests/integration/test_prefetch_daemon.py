@@ -12,9 +12,9 @@ import pytest
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.daemon_util import running_daemon
 
-# About 80 MB of rows against a 64 MB pool: the catch-up reads from disk and
+# About 160 MB of rows against a 64 MB pool: the catch-up reads from disk and
 # lasts long enough (seconds, not a fraction of one) for the daemon to see it.
-ROWS = 300_000
+ROWS = 600_000
 
 # Prefetch probes only with idle cores on the machine: another test beside this
 # one could leave none (tests/conftest.py).
@@ -58,17 +58,19 @@ def test_catch_up_with_prefetch_keeps_the_data_identical(cold_pair: Sandbox, tmp
     sb = cold_pair
     extra = "[prefetch]\nevaluate_window_seconds = 2.0\nbuffer_pool_share = 0.5\n"
     with running_daemon(sb, tmp_path, extra=extra) as d:
-        # The gate measures the SQL thread alone for 2 s before any probe; a
-        # busy machine can make a catch-up shorter than that (or leave no idle
-        # core for it), so another backlog follows, up to three in all.
+        # The gate finds the SQL thread's OS thread, skips its first second and
+        # measures it alone for 2 s before any probe: a backlog that takes less
+        # than about 4 s is never probed (10,000 updates took 2-4 s here). A busy
+        # machine can still leave no idle core for probes, so another backlog
+        # follows, up to three in all.
         for seed in (1, 11, 21):
             sb.stop_sql_thread()
-            write_updates(sb, 10_000, seed=seed)
+            write_updates(sb, 30_000, seed=seed)
             sb.start_sql_thread()
             sb.wait_caught_up(timeout=120)
             s = d.wait_for(lambda s: s["lag"]["state"] == "idle")
             pf = s["prefetch"]
-            print("prefetch:", pf["state"], pf["reason"], pf["counters"], pf["pool"])
+            print("prefetch:", pf["state"], pf["reason"], pf["counters"], pf["pool"], s.get("stall"))
             assert checksum(sb.source) == checksum(sb.replica())
             if pf["counters"]["rows_probed"] > 0:
                 break

@@ -495,6 +495,27 @@ def test_without_visible_threads_the_gate_stays_open() -> None:
     assert eng.gate_state == control.UNMEASURED
 
 
+def test_a_start_of_the_sql_thread_is_measured_before_any_probe() -> None:
+    """While the SQL thread is stopped there are no threads to find: that is not "lagd
+    cannot see them", so its next start is measured before any probe. Before, every start
+    opened the gate unmeasured until the threads were found (2,500 rows probed at each
+    start of an update_k catch-up the gate then kept out)."""
+    mon = stall.StallMonitor(read=lambda path: "", clock=lambda: 0.0)
+    mon.set_threads((), looked=False)  # what discovery does while the SQL thread is stopped
+    eng, _ = engine_with(mon)  # type: ignore[arg-type]
+    eng.state = "paused"
+    eng._gate_check()
+    assert eng.gate_state == engine_module._MEASURING
+    eng.state = "active"  # started; its threads not yet found
+    for _ in range(5):
+        eng._gate_check()
+        assert not eng.gate_state.open
+    mon.set_threads(())  # running, looked for, none visible (no PROCESS): the comparison decides
+    for _ in range(5):
+        eng._gate_check()
+    assert eng.gate_state == control.UNMEASURED
+
+
 class FakeMonitor:
     """MySQL: PROCESSLIST has no TID column, performance_schema answers."""
 
@@ -517,7 +538,7 @@ def test_applier_threads_are_found_through_the_flavor_that_answers() -> None:
     assert asyncio.run(eng._appliers()) == (41,)
     assert [("PROCESSLIST" in q) for q in mon.asked] == [True, False, False]  # the MySQL way, remembered
     eng._sample = SimpleNamespace(status=SimpleNamespace(sql_running=False))  # type: ignore[assignment]
-    assert asyncio.run(eng._appliers()) == ()
+    assert asyncio.run(eng._appliers()) is None  # stopped: nothing to look for, not "invisible"
 
 
 # ----- the quick check beside the gate ----------------------------------------------------

@@ -105,6 +105,16 @@ def test_a_thread_of_another_host_or_namespace_is_not_measured(files: dict[str, 
     assert ps.note is not None and why in ps.note and ps.monitor.threads == ()
 
 
+def test_a_stopped_sql_thread_is_not_an_invisible_one() -> None:
+    """No threads while it is stopped, but nothing was looked for: the prefetch gate must
+    measure its next start, not take it for threads lagd cannot see."""
+    ps, _, _, asked = make({"PROCESSLIST": []}, {})
+    asyncio.run(ps.refresh(False, mariadb=True))
+    assert ps.monitor.threads == () and not ps.monitor.looked and asked == []
+    asyncio.run(ps.refresh(True, mariadb=True))  # running, and none visible
+    assert ps.monitor.looked and ps.monitor.wanted == ()
+
+
 @pytest.mark.parametrize(("given", "want"), [("lagd@localhost", "'lagd'@'localhost'"),
                                              ("a@b@c", "'a@b'@'c'"), (None, "'lagd'@'<host>'")])
 def test_account_of(given: str | None, want: str) -> None:

@@ -174,7 +174,9 @@ class ProcStall:
             return
         self._next, self._running = now + DISCOVER_EVERY, sql_running
         if not sql_running:
-            self.monitor.set_threads(())
+            # Nothing to look for: the next start is measured before any probe, not
+            # taken for threads lagd cannot see (which opened the gate unmeasured).
+            self.monitor.set_threads((), looked=False)
             self.note = None  # the verdict says the SQL thread does not run
             return
         try:

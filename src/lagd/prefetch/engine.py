@@ -407,7 +407,8 @@ class PrefetchEngine:
             due = now >= next_discovery or running != was_running
             if self.stall is not None and self._stall_own and due:
                 # The applier threads change on every START SLAVE and restart.
-                self.stall.set_threads(await self._appliers())
+                tids = await self._appliers()
+                self.stall.set_threads(tids or (), looked=tids is not None)
                 next_discovery = now + 2.0
             was_running = running
             self._poll_now.clear()
@@ -458,11 +459,12 @@ class PrefetchEngine:
         while the gate keeps prefetch out, and an old reading is not today's."""
         return self.purge_history if now - self._history_at < _HISTORY_FRESH else None
 
-    async def _appliers(self) -> tuple[int, ...]:
-        """The applier threads' OS ids; () when they cannot be seen (said once)."""
+    async def _appliers(self) -> tuple[int, ...] | None:
+        """The applier threads' OS ids; () when they cannot be seen (said once), None when
+        the SQL thread does not run (nothing to look for)."""
         st = self._sample.status if self._sample is not None else None
         if st is None or not st.sql_running:
-            return ()
+            return None
         for sql in list(self._appliers_sql):
             try:
                 tids = stall.applier_tids(await self.monitor.query(sql))

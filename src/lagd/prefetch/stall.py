@@ -338,7 +338,10 @@ class StallMonitor:
         self._last: dict[int, ThreadSample] = {}
         self._mix: dict[int, dict[str, float]] = {}  # per thread: recent samples per wait, decayed
         self._wanted: tuple[int, ...] = ()
-        self.looked = False  # set_threads was called: an empty set now means "not visible"
+        # Looked for while the SQL thread ran: an empty set now means "not visible". A
+        # stopped SQL thread has no threads to find, which says nothing of whether lagd
+        # can see them once it starts (set_threads(..., looked=False)).
+        self.looked = False
         self._history: collections.deque[tuple[float, dict[str, float]]] = collections.deque(maxlen=2048)
         self.seconds: dict[str, float] = dict.fromkeys(STATES, 0.0)
         self.samples = 0
@@ -368,8 +371,10 @@ class StallMonitor:
         """The threads last set, sampled or not (a /proc hidden from lagd reads none)."""
         return self._wanted
 
-    def set_threads(self, tids: Iterable[int]) -> None:
-        self.looked = True
+    def set_threads(self, tids: Iterable[int], *, looked: bool = True) -> None:
+        """The applier threads to sample; ``looked=False`` when there was nothing to look
+        for (the SQL thread is stopped)."""
+        self.looked = looked
         with self._lock:
             keep = {t: self._last.get(t) for t in tids}
             self._last = {t: s for t, s in keep.items() if s is not None}

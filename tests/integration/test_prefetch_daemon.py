@@ -12,12 +12,12 @@ import pytest
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.daemon_util import running_daemon
 
-# About 160 MB of rows against a 64 MB pool: the catch-up reads from disk and
+# About 80 MB of rows against a 64 MB pool: the catch-up reads from disk and
 # lasts long enough (seconds, not a fraction of one) for the daemon to see it.
-ROWS = 600_000
+ROWS = 300_000
 
-# Prefetch probes only with idle cores on the machine: another test beside this
-# one could leave none (tests/conftest.py).
+# The catch-ups take seconds: alone on the machine they are not slowed by a
+# test beside them (tests/conftest.py).
 pytestmark = pytest.mark.solo
 
 
@@ -56,24 +56,21 @@ def write_updates(sb: Sandbox, n: int, seed: int) -> None:
 
 def test_catch_up_with_prefetch_keeps_the_data_identical(cold_pair: Sandbox, tmp_path: Path) -> None:
     sb = cold_pair
-    extra = "[prefetch]\nevaluate_window_seconds = 2.0\nbuffer_pool_share = 0.5\n"
+    # The gate held open (adaptive control off): this test is about probes in
+    # the real daemon, and whether the gate opens depends on the machine's disk.
+    # On a faster one than ours the SQL thread spent only 12-27% of a catch-up on
+    # reads, the gate rightly stayed shut and nothing was probed. The gate's
+    # verdicts are table-tested on recorded windows (tests/unit/test_prefetch_stall_gate.py).
+    extra = "[prefetch]\nadaptive = false\nbuffer_pool_share = 0.5\n"
     with running_daemon(sb, tmp_path, extra=extra) as d:
-        # The gate finds the SQL thread's OS thread, skips its first second and
-        # measures it alone for 2 s before any probe: a backlog that takes less
-        # than about 4 s is never probed (10,000 updates took 2-4 s here). A busy
-        # machine can still leave no idle core for probes, so another backlog
-        # follows, up to three in all.
-        for seed in (1, 11, 21):
-            sb.stop_sql_thread()
-            write_updates(sb, 30_000, seed=seed)
-            sb.start_sql_thread()
-            sb.wait_caught_up(timeout=120)
-            s = d.wait_for(lambda s: s["lag"]["state"] == "idle")
-            pf = s["prefetch"]
-            print("prefetch:", pf["state"], pf["reason"], pf["counters"], pf["pool"], s.get("stall"))
-            assert checksum(sb.source) == checksum(sb.replica())
-            if pf["counters"]["rows_probed"] > 0:
-                break
+        sb.stop_sql_thread()
+        write_updates(sb, 10_000, seed=1)
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=120)
+        s = d.wait_for(lambda s: s["lag"]["state"] == "idle")
+        pf = s["prefetch"]
+        print("prefetch:", pf["state"], pf["reason"], pf["counters"], pf["pool"], s.get("stall"))
+        assert checksum(sb.source) == checksum(sb.replica())
         assert pf["counters"]["row_changes"] > 0
         assert pf["counters"]["rows_probed"] > 0 and pf["pool"]["succeeded"] > 0
         assert pf["pool"]["refused"] == 0

@@ -697,3 +697,63 @@ def test_a_hold_outlives_a_caught_up_spell() -> None:
     eng._sql_pos = (1, 500 * 1024)
     eng._gate_check()  # the hold is over: the SQL thread is measured alone
     assert "measuring its apply rate" in eng.gate_state.reason and eng.gate_state.fails == 1
+
+
+# A try's first row changes, by what they leave purge (control.purge_work).
+@pytest.mark.parametrize(("gate", "rows", "purging", "open_", "hold"), [
+    (OPEN, 100, 100, False, 120),  # update_k, delete: every row
+    (OPEN, 100, 50, False, 120),  # half
+    (OPEN, 100, 49, True, 0),
+    (OPEN, 99, 99, True, 0),  # too few rows yet to judge
+    (OPEN, 200, 70, True, 0),  # the benchmark's "mixed": 35% (indexed updates, deletes)
+    (replace(OPEN, fails=2), 100, 100, False, 480),  # holds grow as the purge holds do
+    (replace(OPEN, fails=5), 100, 100, False, 600),  # ... to ten minutes
+    (replace(OPEN, since_base=4.0), 100, 100, True, 0),  # probes already paid, purge counted
+    (control.UNMEASURED, 100, 100, True, 0),  # no measured try to stop
+    (SHUT, 100, 100, False, 0),
+])
+def test_a_try_on_changes_purge_must_clean_up_stops_at_its_first_rows(gate: Gate, rows: int, purging: int,
+                                                                      open_: bool, hold: int) -> None:
+    g = control.purge_work(gate, rows, purging)
+    assert (g.open, g.hold) == (open_, hold)
+    if g is not gate:
+        assert f"{round(100 * purging / rows)}% of the row changes ahead delete-mark index" in g.reason
+        assert g.fails == gate.fails + 1 and g.rate_before is None
+
+
+def opened_engine(batcher: object) -> tuple[PrefetchEngine, FakePool]:
+    fake = FakeStall()
+    eng, pool = engine_with(fake)
+    eng.batcher = batcher
+    eng._gate_check()
+    eng._sql_pos = (1, 0)
+    eng._gate_check()
+    for _ in range(2):
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
+    assert eng.gate_state.open
+    return eng, pool
+
+
+def test_the_engine_stops_a_try_after_its_first_read_of_changes_purge_must_clean_up() -> None:
+    batcher = SimpleNamespace(rows=1_000, purging=900)  # before the try: not counted
+    eng, pool = opened_engine(batcher)
+    assert eng._try_from == (1_000, 900)
+    batcher.rows, batcher.purging = 1_250, 1_150  # the first read: 250 rows, 250 purging
+    eng._purge_work_check(eng._try_from)
+    assert not eng.gate_state.open and eng.gate_state.hold == 120 and pool.dropped == 1
+    assert eng._try_from is None
+
+
+def test_the_engine_lets_a_try_on_other_changes_run() -> None:
+    batcher = SimpleNamespace(rows=0, purging=0)
+    eng, pool = opened_engine(batcher)
+    batcher.rows, batcher.purging = 250, 20  # update_pk-like: a few deletes among updates
+    eng._purge_work_check(eng._try_from)  # type: ignore[arg-type]
+    assert eng.gate_state.open and pool.dropped == 0
+
+
+def test_a_batcher_without_counts_leaves_no_try_to_judge() -> None:
+    eng, _ = opened_engine(None)
+    assert eng._try_from is None

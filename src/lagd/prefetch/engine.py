@@ -191,6 +191,9 @@ class PrefetchEngine:
         # refused it (no PROCESS: _history_readable). Use it through _history().
         self.purge_history: int | None = None
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
+        # The batcher's (rows, purging) when the gate last opened on a measurement: a try's
+        # first rows are judged by what they leave purge (control.purge_work). None: no try.
+        self._try_from: tuple[int, int] | None = None
         self._history_at = 0.0
         self._history_readable = True
 
@@ -313,6 +316,23 @@ class PrefetchEngine:
         """Read on in the cursor's own thread (files, information_schema), then account on the loop."""
         self._forget_stale()
         self._consume(await self._cursor.call(self.reader.read, budget))
+        if self._try_from is not None:
+            self._purge_work_check(self._try_from)
+
+    def _purge_counts(self) -> tuple[int, int] | None:
+        rows, purging = getattr(self.batcher, "rows", None), getattr(self.batcher, "purging", None)
+        return (rows, purging) if isinstance(rows, int) and isinstance(purging, int) else None
+
+    def _purge_work_check(self, start: tuple[int, int]) -> None:
+        """Right after a read, not at the next gate check: a try on changes purge must
+        clean up stops before the probes have built their lead."""
+        now = self._purge_counts()
+        if now is None:
+            return
+        before = self.gate_state
+        after = control.purge_work(before, now[0] - start[0], now[1] - start[1])
+        if after is not before:
+            self._move_gate(before, after)
 
     def _forget_stale(self) -> None:
         if self._schema_stale:
@@ -671,12 +691,20 @@ class PrefetchEngine:
                                  self._history(now), self._trx_bytes or None)
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
-        self.gate_state = control.stall_gate(before, w, prefetching=probed > 0)
-        if not self.gate_state.open:
+        self._move_gate(before, control.stall_gate(before, w, prefetching=probed > 0))
+
+    def _move_gate(self, before: control.Gate, after: control.Gate) -> None:
+        self.gate_state = after
+        if not after.open:
             self._gate_shut_in_window = True
-        if self.gate_state.open != before.open:
-            log.info("prefetch gate: %s", self.gate_state.reason)
-            if not self.gate_state.open:
+        if after.open and after.rate_before is not None and after.since_base == 0:
+            if not before.open:
+                self._try_from = self._purge_counts()
+        else:
+            self._try_from = None  # shut, unmeasured, or shown to pay: no try to judge
+        if after.open != before.open:
+            log.info("prefetch gate: %s", after.reason)
+            if not after.open:
                 self.pool.drop_queued()
 
     def _follow_schema(self, sql_pos: tuple[int, int], moved_back: bool) -> None:

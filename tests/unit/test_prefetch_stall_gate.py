@@ -699,25 +699,25 @@ def test_a_hold_outlives_a_caught_up_spell() -> None:
     assert "measuring its apply rate" in eng.gate_state.reason and eng.gate_state.fails == 1
 
 
-# A try's first row changes, by what they leave purge (control.purge_work).
-@pytest.mark.parametrize(("gate", "rows", "purging", "open_", "hold"), [
-    (OPEN, 100, 100, False, 120),  # update_k, delete: every row
+# A try's first row changes, by how many move an index entry (control.moved_entries).
+@pytest.mark.parametrize(("gate", "rows", "moving", "open_", "hold"), [
+    (OPEN, 100, 100, False, 120),  # update_k: every row
     (OPEN, 100, 50, False, 120),  # half
     (OPEN, 100, 49, True, 0),
     (OPEN, 99, 99, True, 0),  # too few rows yet to judge
-    (OPEN, 200, 70, True, 0),  # the benchmark's "mixed": 35% (indexed updates, deletes)
+    (OPEN, 200, 40, True, 0),  # the benchmark's "mixed": 20% indexed updates
     (replace(OPEN, fails=2), 100, 100, False, 480),  # holds grow as the purge holds do
     (replace(OPEN, fails=5), 100, 100, False, 600),  # ... to ten minutes
     (replace(OPEN, since_base=4.0), 100, 100, True, 0),  # probes already paid, purge counted
     (control.UNMEASURED, 100, 100, True, 0),  # no measured try to stop
     (SHUT, 100, 100, False, 0),
 ])
-def test_a_try_on_changes_purge_must_clean_up_stops_at_its_first_rows(gate: Gate, rows: int, purging: int,
-                                                                      open_: bool, hold: int) -> None:
-    g = control.purge_work(gate, rows, purging)
+def test_a_try_on_updates_that_move_index_entries_stops_at_its_first_rows(gate: Gate, rows: int, moving: int,
+                                                                           open_: bool, hold: int) -> None:
+    g = control.moved_entries(gate, rows, moving)
     assert (g.open, g.hold) == (open_, hold)
     if g is not gate:
-        assert f"{round(100 * purging / rows)}% of the row changes ahead delete-mark index" in g.reason
+        assert f"{round(100 * moving / rows)}% of the row changes ahead are UPDATEs that move" in g.reason
         assert g.fails == gate.fails + 1 and g.rate_before is None
 
 
@@ -736,21 +736,21 @@ def opened_engine(batcher: object) -> tuple[PrefetchEngine, FakePool]:
     return eng, pool
 
 
-def test_the_engine_stops_a_try_after_its_first_read_of_changes_purge_must_clean_up() -> None:
-    batcher = SimpleNamespace(rows=1_000, purging=900)  # before the try: not counted
+def test_the_engine_stops_a_try_after_its_first_read_of_updates_that_move_index_entries() -> None:
+    batcher = SimpleNamespace(rows=1_000, moving=900)  # before the try: not counted
     eng, pool = opened_engine(batcher)
     assert eng._try_from == (1_000, 900)
-    batcher.rows, batcher.purging = 1_250, 1_150  # the first read: 250 rows, 250 purging
-    eng._purge_work_check(eng._try_from)
+    batcher.rows, batcher.moving = 1_250, 1_150  # the first read: 250 rows, 250 moving
+    eng._moving_check(eng._try_from)
     assert not eng.gate_state.open and eng.gate_state.hold == 120 and pool.dropped == 1
     assert eng._try_from is None
 
 
 def test_the_engine_lets_a_try_on_other_changes_run() -> None:
-    batcher = SimpleNamespace(rows=0, purging=0)
+    batcher = SimpleNamespace(rows=0, moving=0)
     eng, pool = opened_engine(batcher)
-    batcher.rows, batcher.purging = 250, 20  # update_pk-like: a few deletes among updates
-    eng._purge_work_check(eng._try_from)  # type: ignore[arg-type]
+    batcher.rows, batcher.moving = 250, 20  # a few indexed updates among others
+    eng._moving_check(eng._try_from)  # type: ignore[arg-type]
     assert eng.gate_state.open and pool.dropped == 0
 
 

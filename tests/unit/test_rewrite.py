@@ -390,11 +390,11 @@ def test_odd_identifiers_are_quoted() -> None:
     assert by_index["ix`1"].params == ("値", 1)
 
 
-# What each row change leaves purge to remove in the indexes (control.purge_work):
-# the row and every secondary entry of a DELETE, the old entry of an UPDATE that moves one.
-@pytest.mark.parametrize(("change", "purging"), [
+# UPDATEs that move an index entry (control.moved_entries): the old entry delete-marked,
+# the new one inserted elsewhere in the index.
+@pytest.mark.parametrize(("change", "moving"), [
     (RowChange(ORDERS, INS, None, ROW), 0),
-    (RowChange(ORDERS, D, ROW, None), 1),
+    (RowChange(ORDERS, D, ROW, None), 0),
     (RowChange(ORDERS, U, ROW, ROW), 0),  # nothing indexed changed (only pad, not logged here)
     (RowChange(ORDERS, U, ROW, (1, 11, "a", "nm1")), 1),  # k: a secondary entry moves
     (RowChange(ORDERS, U, ROW, (1, 10, "b", "nm1")), 1),  # u: a unique entry moves
@@ -402,16 +402,16 @@ def test_odd_identifiers_are_quoted() -> None:
     (RowChange(ORDERS, U, ROW, (1, 11, "b", "nm2")), 1),  # several: still one row
     (RowChange(ORDERS, U, ROW, (1, 10, "a", None)), 0),  # MINIMAL after image: unlogged = unchanged
 ])
-def test_purging_counts_the_rows_that_leave_index_entries_to_purge(change: RowChange, purging: int) -> None:
+def test_moving_counts_the_updates_that_move_an_index_entry(change: RowChange, moving: int) -> None:
     b = ProbeBatcher()
     probes_for(change, batcher=b)
-    assert (b.rows, b.purging) == (1, purging)
+    assert (b.rows, b.moving) == (1, moving)
 
 
-def test_purging_with_minimal_images_counts_only_the_columns_logged() -> None:
+def test_moving_with_minimal_images_counts_only_the_columns_logged() -> None:
     # binlog_row_image=MINIMAL: the before image holds the key, the after image what was set.
     before = (1, None, None, None)
     b = ProbeBatcher()
     probes_for(RowChange(ORDERS, U, before, (None, None, None, "nm2")), batcher=b)  # name set
     probes_for(RowChange(ORDERS, U, before, (None, None, None, None)), batcher=b)  # pad only
-    assert (b.rows, b.purging) == (2, 1)
+    assert (b.rows, b.moving) == (2, 1)

@@ -191,8 +191,8 @@ class PrefetchEngine:
         # refused it (no PROCESS: _history_readable). Use it through _history().
         self.purge_history: int | None = None
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
-        # The batcher's (rows, purging) when the gate last opened on a measurement: a try's
-        # first rows are judged by what they leave purge (control.purge_work). None: no try.
+        # The batcher's (rows, moving) when the gate last opened on a measurement: a try's
+        # first rows are judged by what kind they are (control.moved_entries). None: no try.
         self._try_from: tuple[int, int] | None = None
         self._history_at = 0.0
         self._history_readable = True
@@ -317,20 +317,20 @@ class PrefetchEngine:
         self._forget_stale()
         self._consume(await self._cursor.call(self.reader.read, budget))
         if self._try_from is not None:
-            self._purge_work_check(self._try_from)
+            self._moving_check(self._try_from)
 
-    def _purge_counts(self) -> tuple[int, int] | None:
-        rows, purging = getattr(self.batcher, "rows", None), getattr(self.batcher, "purging", None)
-        return (rows, purging) if isinstance(rows, int) and isinstance(purging, int) else None
+    def _move_counts(self) -> tuple[int, int] | None:
+        rows, moving = getattr(self.batcher, "rows", None), getattr(self.batcher, "moving", None)
+        return (rows, moving) if isinstance(rows, int) and isinstance(moving, int) else None
 
-    def _purge_work_check(self, start: tuple[int, int]) -> None:
-        """Right after a read, not at the next gate check: a try on changes purge must
-        clean up stops before the probes have built their lead."""
-        now = self._purge_counts()
+    def _moving_check(self, start: tuple[int, int]) -> None:
+        """Right after a read, not at the next gate check: a try on UPDATEs that move
+        index entries stops before the probes have built their lead."""
+        now = self._move_counts()
         if now is None:
             return
         before = self.gate_state
-        after = control.purge_work(before, now[0] - start[0], now[1] - start[1])
+        after = control.moved_entries(before, now[0] - start[0], now[1] - start[1])
         if after is not before:
             self._move_gate(before, after)
 
@@ -699,7 +699,7 @@ class PrefetchEngine:
             self._gate_shut_in_window = True
         if after.open and after.rate_before is not None and after.since_base == 0:
             if not before.open:
-                self._try_from = self._purge_counts()
+                self._try_from = self._move_counts()
         else:
             self._try_from = None  # shut, unmeasured, or shown to pay: no try to judge
         if after.open != before.open:

@@ -195,9 +195,8 @@ class ProbeBatcher:
         self.skipped: Counter[str] = Counter()
         self.last_reason: dict[str, str] = {}
         self.rows = 0  # row changes seen
-        # ... of which leave purge index entries to remove (DELETEs, UPDATEs of a key or
-        # an indexed column: control.purge_work)
-        self.purging = 0
+        # ... of which UPDATEs that move an index entry (control.moved_entries)
+        self.moving = 0
         self.keys = 0  # index entries queued, duplicates included
         self.duplicates = 0  # of those, already waiting in their batch
         self._plans: dict[int, TablePlan] = {}
@@ -271,27 +270,25 @@ class ProbeBatcher:
             if not self._queue(key, before, old, out, plan):
                 return out or _NO_PROBES
             new = key.get(after)
-            purging = False
+            moving = False
             if new != old:
                 if new is None or (type(new) is tuple and None in new):
                     after = _fill(after, before)  # MINIMAL after image: unlogged = unchanged
                     new = key.get(after)
                 if new != old:
-                    purging = True
+                    moving = True
                     self._queue(key, after, new, out, plan)
             for ip in plan.others:
                 change_of = ip.change
                 if change_of(before) != change_of(after):
-                    purging = purging or _moves(ip.ext_slots, before, after)
+                    moving = moving or _moves(ip.ext_slots, before, after)
                     self._queue(ip, before, ip.get(before), out, plan)
                     self._queue(ip, after, ip.get(after), out, plan)
-            self.purging += purging
+            self.moving += moving
         else:
             image = change.before if kind is RowKind.DELETE else change.after
             if image is None:
                 return self._skip_image(table)
-            if kind is RowKind.DELETE:
-                self.purging += 1
             if not self._queue(key, image, key.get(image), out, plan):
                 return out or _NO_PROBES
             for ip in plan.others:
@@ -408,7 +405,7 @@ def padded_size(n: int, max_keys: int) -> int:
 
 
 def _moves(slots: tuple[int, ...], before: tuple[object, ...], after: tuple[object, ...]) -> bool:
-    """An UPDATE moves this index entry (for purge, see ProbeBatcher.purging): a column of
+    """An UPDATE moves this index entry (see ProbeBatcher.moving): a column of
     it has a new value. A None in the after image counts as unchanged: with
     binlog_row_image=MINIMAL it is a column not logged, which the UPDATE did not set (a
     column set to NULL in a FULL image is missed, and the count errs towards trying)."""

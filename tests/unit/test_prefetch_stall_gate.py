@@ -347,6 +347,10 @@ class FakeStall:
         self.seconds = dict.fromkeys(("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait"), 0.0)
         self.headroom: float | None = 1.0
 
+    @property
+    def invisible(self) -> bool:
+        return self.looked and not self.wanted
+
     def headroom_over(self, span: float) -> float | None:
         return self.headroom
 
@@ -502,6 +506,7 @@ def test_a_start_of_the_sql_thread_is_measured_before_any_probe() -> None:
     start of an update_k catch-up the gate then kept out)."""
     mon = stall.StallMonitor(read=lambda path: "", clock=lambda: 0.0)
     mon.set_threads((), looked=False)  # what discovery does while the SQL thread is stopped
+    assert not mon.invisible
     eng, _ = engine_with(mon)  # type: ignore[arg-type]
     eng.state = "paused"
     eng._gate_check()
@@ -511,6 +516,7 @@ def test_a_start_of_the_sql_thread_is_measured_before_any_probe() -> None:
         eng._gate_check()
         assert not eng.gate_state.open
     mon.set_threads(())  # running, looked for, none visible (no PROCESS): the comparison decides
+    assert mon.invisible
     for _ in range(5):
         eng._gate_check()
     assert eng.gate_state == control.UNMEASURED

@@ -660,7 +660,7 @@ class PrefetchEngine:
             # Caught up, paused or off: the SQL thread sleeps or does not run; the
             # next backlog is measured for a second before probes start (unless a
             # hold still runs). Meanwhile a few samples a second are enough.
-            fresh = _MEASURING if mon.wanted or not mon.looked else control.UNMEASURED
+            fresh = control.UNMEASURED if mon.invisible else _MEASURING
             self.gate_state = control.without_backlog(self.gate_state, fresh)
             mon.hz = 5.0
             return
@@ -672,7 +672,7 @@ class PrefetchEngine:
             # Not looked for yet, or found but not yet (or never) readable in /proc:
             # wait a few seconds, then let the with/without comparison decide.
             self._blind_checks = self._blind_checks + 1 if mon.looked else 0
-            blind = mon.looked and (not mon.wanted or self._blind_checks > _BLIND_CHECKS)
+            blind = mon.invisible or (mon.looked and self._blind_checks > _BLIND_CHECKS)
             self.gate_state = control.UNMEASURED if blind else _MEASURING
             return
         self._blind_checks = 0

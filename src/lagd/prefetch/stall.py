@@ -371,6 +371,12 @@ class StallMonitor:
         """The threads last set, sampled or not (a /proc hidden from lagd reads none)."""
         return self._wanted
 
+    @property
+    def invisible(self) -> bool:
+        """Looked for while the SQL thread ran, and none found: lagd cannot see the
+        applier threads (no PROCESS grant), so the gate cannot measure them."""
+        return self.looked and not self._wanted
+
     def set_threads(self, tids: Iterable[int], *, looked: bool = True) -> None:
         """The applier threads to sample; ``looked=False`` when there was nothing to look
         for (the SQL thread is stopped)."""

@@ -143,13 +143,15 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "mixed_fmt": ("mixed logged with binlog_format=MIXED (MariaDB's default)", _w_mixed),
     "update_hot": ("primary-key UPDATEs, 90% of them to 1% of the rows", _w_update_hot),
     "update_k": ("UPDATEs of an indexed column", _w_update_k),
+    "update_k_stmt": ("update_k logged as statements (binlog_format=STATEMENT; MIXED logs it so too)",
+                      _w_update_k),
     "delete": ("random DELETEs", _w_delete),
     "insert": ("INSERTs with random unique keys", _w_insert),
     "mixed": ("50% update, 20% indexed update, 15% delete, 15% insert", _w_mixed),
     "multi_row": ("transactions of 10 random-row UPDATEs", _w_multi),
 }
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
-BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED"}
+BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

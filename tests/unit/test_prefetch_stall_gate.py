@@ -12,6 +12,8 @@ from lagd.prefetch import control, stall
 from lagd.prefetch import engine as engine_module
 from lagd.prefetch.control import Gate, StallWindow, stall_gate
 from lagd.prefetch.engine import PrefetchEngine
+from lagd.prefetch.rewrite import ProbeBatcher
+from lagd.relaylog import Statement
 
 
 def w(read: float, cpu: float = 0.3, queued: float = 0.0, headroom: float | None = 1.0,
@@ -763,3 +765,48 @@ def test_the_engine_lets_a_try_on_other_changes_run() -> None:
 def test_a_batcher_without_counts_leaves_no_try_to_judge() -> None:
     eng, _ = opened_engine(None)
     assert eng._try_from is None
+
+
+class IndexedResolver:
+    """Stands in for the cursor's information_schema resolver."""
+
+    def __init__(self, columns: dict[tuple[str, str], frozenset[str]]) -> None:
+        self.columns = columns
+        self.asked: list[tuple[str, str]] = []
+
+    def indexed_columns(self, schema: str, table: str) -> frozenset[str] | None:
+        self.asked.append((schema, table))
+        return self.columns.get((schema, table))
+
+
+class StatementReader:
+    """Stands in for the relay-log reader: each read gives the next batch of events."""
+
+    def __init__(self, batches: list[list[object]], resolver: IndexedResolver) -> None:
+        self.batches = batches
+        self.decoder = SimpleNamespace(resolver=resolver, invalidate=lambda tables: None)
+
+    def read(self, budget: int) -> list[object]:
+        return self.batches.pop(0) if self.batches else []
+
+
+@pytest.mark.parametrize(("set_list", "indexed", "counts", "open_"), [
+    ("k = {}", frozenset({"id", "k"}), (150, 150), False),  # update_k on a MIXED/STATEMENT source
+    ("c = 'x{}'", frozenset({"id", "k"}), (150, 0), True),  # update_pk: nothing indexed moves
+    ("k = {}", None, (0, 0), True),  # indexes unknown (lookup failed): uncounted, the try runs
+])
+def test_a_try_on_statements_is_judged_by_their_set_lists_after_one_read(
+        set_list: str, indexed: frozenset[str] | None, counts: tuple[int, int], open_: bool) -> None:
+    batcher = ProbeBatcher()
+    eng, pool = opened_engine(batcher)
+    pool.submit = lambda probe, tag: True  # type: ignore[attr-defined]
+    resolver = IndexedResolver({} if indexed is None else {("s", "t"): indexed})
+    stmts: list[object] = [Statement("s", f"UPDATE t SET {set_list.format(i)} WHERE id = {i}", 0, 0)
+                           for i in range(150)]
+    eng.reader = StatementReader([stmts], resolver)  # type: ignore[assignment]
+    asyncio.run(eng._read(1 << 20))
+    assert resolver.asked == [("s", "t")]
+    assert (batcher.rows, batcher.moving) == counts
+    assert eng.gate_state.open == open_
+    if not open_:
+        assert "UPDATEs that move" in eng.gate_state.reason and eng.gate_state.hold == 120

@@ -415,3 +415,58 @@ def test_moving_with_minimal_images_counts_only_the_columns_logged() -> None:
     probes_for(RowChange(ORDERS, U, before, (None, None, None, "nm2")), batcher=b)  # name set
     probes_for(RowChange(ORDERS, U, before, (None, None, None, None)), batcher=b)  # pad only
     assert (b.rows, b.moving) == (2, 1)
+
+
+# Statement-based UPDATEs: the SET list against the table's indexes as the replica has them
+# (ProbeBatcher.learn_indexes; the engine looks them up in information_schema).
+ORDERS_INDEXED = frozenset({"id", "k", "u", "name"})
+
+
+@pytest.mark.parametrize(("sql", "rows", "moving"), [
+    ("UPDATE o SET k = 7 WHERE id = {}", 1, 1),  # update_k, logged as a statement
+    ("UPDATE o SET K = K + 1 WHERE id = {}", 1, 1),  # column names are case-insensitive
+    ("UPDATE o SET o.u = 'x' WHERE id = {}", 1, 1),  # qualified: a unique entry moves
+    ("UPDATE o SET id = id + 100 WHERE id = {}", 1, 1),  # the primary key
+    ("UPDATE o SET pad = 'p' WHERE id = {}", 1, 0),  # nothing indexed
+    ("UPDATE o SET pad = 'p', name = 'n' WHERE id = {}", 1, 1),  # one of several
+    ("DELETE FROM o WHERE id = {}", 1, 0),  # counted as row DELETEs are: not moving
+    ("INSERT INTO o VALUES ({}, 1, 'a', 'b')", 0, 0),  # not rewritten, not counted
+])
+def test_statements_count_as_row_changes_by_their_set_list(sql: str, rows: int, moving: int) -> None:
+    b = ProbeBatcher()
+    b.learn_indexes("shop", "o", ORDERS_INDEXED)
+    for i in range(3):  # the first of a shape goes the direct way, the rest through its template
+        b.add_statement(Statement("shop", sql.format(i + 1), 0, 0))
+    assert (b.rows, b.moving) == (3 * rows, 3 * moving) and b.unknown_indexes() == []
+
+
+def test_statements_wait_for_their_tables_indexes_then_count() -> None:
+    b = ProbeBatcher()
+    for i in range(4):
+        b.add_statement(Statement("shop", f"UPDATE o SET k = {i} WHERE id = {i}", 0, 0))
+        b.add_statement(Statement("shop", f"UPDATE o SET pad = 'p' WHERE id = {i}", 0, 0))
+    b.add_statement(Statement("shop", "DELETE FROM o WHERE id = 9", 0, 0))  # needs no lookup
+    assert (b.rows, b.moving) == (1, 0) and b.unknown_indexes() == [("shop", "o")]
+    b.learn_indexes("shop", "o", None)  # the lookup failed: left uncounted, asked again later
+    assert (b.rows, b.moving) == (1, 0) and b.unknown_indexes() == []
+    b.add_statement(Statement("shop", "UPDATE o SET k = 1 WHERE id = 1", 0, 0))
+    assert b.unknown_indexes() == [("shop", "o")]
+    b.learn_indexes("shop", "o", ORDERS_INDEXED)
+    assert (b.rows, b.moving) == (2, 1) and b.unknown_indexes() == []
+    b.add_statement(Statement("shop", "UPDATE o SET k = 2 WHERE id = 2", 0, 0))
+    assert (b.rows, b.moving) == (3, 2)
+
+
+def test_a_ddl_or_a_jump_makes_statements_look_their_tables_up_again() -> None:
+    b = ProbeBatcher()
+    b.learn_indexes("shop", "o", ORDERS_INDEXED)
+    b.learn_indexes("shop", "p", ORDERS_INDEXED)
+    b.forget_indexes(["SHOP.O"])  # the gate's folded names
+    b.add_statement(Statement("shop", "UPDATE o SET k = 1 WHERE id = 1", 0, 0))
+    b.add_statement(Statement("shop", "UPDATE p SET k = 1 WHERE id = 1", 0, 0))
+    assert b.unknown_indexes() == [("shop", "o")] and (b.rows, b.moving) == (1, 1)
+    b.reset()  # the reader jumped: what waited is not ahead any more
+    assert b.unknown_indexes() == []
+    b.forget_indexes(None)
+    b.add_statement(Statement("shop", "UPDATE p SET k = 2 WHERE id = 2", 0, 0))
+    assert b.unknown_indexes() == [("shop", "p")]

@@ -218,3 +218,15 @@ def test_statement_event_carries_its_time() -> None:
     assert verdict.probe.sql == "SELECT * FROM `shop`.orders WHERE id = 7"
     assert verdict.probe.source_time == 1_234
     assert "shop.orders" in verdict.reason
+
+
+@pytest.mark.parametrize(("sql", "sets"), [
+    ("UPDATE t SET k = k + 1 WHERE id = 5", {"k"}),
+    ("UPDATE t SET `K` = 1, c = 'x' WHERE id = 5", {"k", "c"}),
+    ("UPDATE LOW_PRIORITY t SET t.k = 1 WHERE id = 5", {"k"}),
+    ("UPDATE t1 JOIN t2 USING (id) SET t1.a = 1, t2.b = 2", {"a", "b"}),  # matched against t1
+    ("DELETE FROM t WHERE id = 5", set()),
+])
+def test_an_updates_assigned_columns_come_with_its_rewrite(sql: str, sets: set[str]) -> None:
+    verdict = rewrite_statement_sql(sql, "s")
+    assert verdict.probe is not None and verdict.sets == sets

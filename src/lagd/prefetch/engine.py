@@ -316,6 +316,14 @@ class PrefetchEngine:
         """Read on in the cursor's own thread (files, information_schema), then account on the loop."""
         self._forget_stale()
         self._consume(await self._cursor.call(self.reader.read, budget))
+        look = self._index_lookup()
+        unknown = getattr(self.batcher, "unknown_indexes", None)
+        if look is not None and unknown is not None and (tables := unknown()):
+            # Statements count towards moved_entries once their table's indexes are
+            # known: looked up off the loop (information_schema, cached), applied on it.
+            answers = await self._cursor.call(lambda: [(s, t, look(s, t)) for s, t in tables])
+            for schema, table, columns in answers:
+                self.batcher.learn_indexes(schema, table, columns)
         if self._try_from is not None:
             self._moving_check(self._try_from)
 
@@ -334,10 +342,24 @@ class PrefetchEngine:
         if after is not before:
             self._move_gate(before, after)
 
+    def _index_lookup(self) -> Callable[[str, str], frozenset[str] | None] | None:
+        resolver = getattr(getattr(self.reader, "decoder", None), "resolver", None)
+        look: Callable[[str, str], frozenset[str] | None] | None = getattr(
+            resolver, "indexed_columns", None)
+        return look
+
+    def _forget(self, decoder: Any, tables: list[str] | None) -> None:
+        """Drop cached definitions (schema_gate.forget) and the statements' view of
+        the same tables' indexes."""
+        forget(decoder, self.gate, tables)
+        drop = getattr(self.batcher, "forget_indexes", None)
+        if drop is not None and (tables is None or tables):
+            drop(tables)
+
     def _forget_stale(self) -> None:
         if self._schema_stale:
             stale, self._schema_stale = list(self._schema_stale), set()
-            forget(self.reader.decoder, self.gate, [t.casefold() for t in stale])
+            self._forget(self.reader.decoder, [t.casefold() for t in stale])
 
     def _consume(self, batch: list[Any]) -> None:
         c = self.counters
@@ -401,7 +423,7 @@ class PrefetchEngine:
                 c.corrupt += 1
         while self._ddl:  # its end is not read yet: hold to the cursor's position
             gate.hold(self._ddl.pop(), self._key(self.reader.position.file, self.reader.position.offset))
-        forget(self.reader.decoder, gate, gate.placed())
+        self._forget(self.reader.decoder, gate.placed())
         self._submit(self.batcher.flush())
         self._pending_seq = None
 
@@ -716,7 +738,7 @@ class PrefetchEngine:
             had = bool(self.gate.held_names)
             self.gate.release_all()
             if had and decoder is not None:
-                forget(decoder, self.gate, None)
+                self._forget(decoder, None)
             return
         if self.gate.held_names and decoder is not None:
             released = self.gate.release(sql_pos)
@@ -724,7 +746,7 @@ class PrefetchEngine:
                 # Probes still queued for rows before the DDL name the schema it
                 # changed; the SQL thread has applied it, so they could only fail.
                 self.pool.drop_queued()
-            forget(decoder, self.gate, released)
+            self._forget(decoder, released)
 
     async def _start_window(self) -> None:
         self._win = {"t0": self._clock(), "probed": self.counters.rows_done,

@@ -32,6 +32,11 @@ A shape whose SELECT is ``SELECT * FROM <one table> WHERE <col> = ?`` (or ``IN
 (...)``) is batched like row probes: the values of up to ``max_keys``
 statements go into one ``<col> IN (...)``. ``Probe.rows`` counts the
 statements a probe covers.
+
+Every statement rewritten is also reported to ``seen(schema, table, sets)``
+with the columns its SET list assigns (once per shape, from the same parse):
+the caller matches them against the table's indexes to count the UPDATEs that
+move index entries, as it does for row events (ProbeBatcher.moving).
 """
 
 from __future__ import annotations
@@ -129,6 +134,7 @@ class Template:
     batch_head: str | None = None  # "SELECT * FROM refs WHERE col IN (" when batchable
     batch_list: bool = False  # the batched value is an IN list (counts as its values)
     verified: bool = True
+    sets: frozenset[str] = frozenset()  # the columns an UPDATE assigns (StatementRewrite.sets)
 
     def bind(self, lits: tuple[str, ...]) -> str:
         parts = self.parts
@@ -154,6 +160,8 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
         if direct.probe is None and via.probe is None and direct.skipped == via.skipped:
             return Template(direct)
         return _UNVERIFIED
+    if via.sets != direct.sets:
+        return _UNVERIFIED
     text = via.probe.sql
     parts: list[str] = []
     slots: list[int] = []
@@ -168,7 +176,7 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
     if b is not None and len(slots) == 1 and " JOIN " not in b.group("refs").upper():
         batch_head = f"SELECT * FROM {b.group('refs')} WHERE {b.group('col')} IN ("
     t = Template(None, tuple(parts), tuple(slots), via.probe.schema, via.probe.table, batch_head,
-                 batch_head is not None and "," in lits[slots[0]])
+                 batch_head is not None and "," in lits[slots[0]], sets=via.sets)
     if t.bind(lits) != direct.probe.sql or (t.schema, t.table) != (direct.probe.schema,
                                                                    direct.probe.table):
         return _UNVERIFIED
@@ -178,9 +186,11 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
 class StatementBatcher:
     """Statements -> probes through cached templates; batches of one shape share a probe."""
 
-    def __init__(self, max_keys: int, wants: Callable[[str], bool] = lambda _schema: True) -> None:
+    def __init__(self, max_keys: int, wants: Callable[[str], bool] = lambda _schema: True,
+                 seen: Callable[[str, str, frozenset[str]], None] = lambda _s, _t, _c: None) -> None:
         self.max_keys = max_keys
         self.wants = wants  # the schema filters
+        self.seen = seen  # (schema, table, columns assigned) of each statement rewritten
         self._templates: dict[tuple[str, str | None], Template] = {}
         # Shapes seen once: a template costs two sqlglot parses, so a shape that never
         # repeats (a request id in a comment) must not cost more than the direct path.
@@ -219,6 +229,7 @@ class StatementBatcher:
         if not t.verified:
             self.stats["fallback"] += 1
             return self._direct(stmt)
+        self.seen(t.schema, t.table, t.sets)
         if not self.wants(t.schema):
             return [], _excluded(t.schema)
         self.stats["templated"] += 1
@@ -249,6 +260,7 @@ class StatementBatcher:
         if verdict.probe is None:
             return [], verdict
         p = verdict.probe
+        self.seen(p.schema, p.table, verdict.sets)
         if not self.wants(p.schema):
             return [], _excluded(p.schema)
         return [Probe(p.sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,

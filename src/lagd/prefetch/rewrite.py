@@ -194,14 +194,20 @@ class ProbeBatcher:
         self.exclude_schemas = frozenset(exclude_schemas)
         self.skipped: Counter[str] = Counter()
         self.last_reason: dict[str, str] = {}
-        self.rows = 0  # row changes seen
+        self.rows = 0  # row changes seen (a statement rewritten counts as one)
         # ... of which UPDATEs that move an index entry (control.moved_entries)
         self.moving = 0
         self.keys = 0  # index entries queued, duplicates included
         self.duplicates = 0  # of those, already waiting in their batch
         self._plans: dict[int, TablePlan] = {}
         self._waiting: dict[_Batch, None] = {}  # batches holding keys, oldest first
-        self.statements = StatementBatcher(max_keys, self.wants)
+        # A statement names no table map, so whether its SET list moves index entries
+        # takes the table's indexes as the replica has them (learn_indexes): (schema,
+        # table) -> the lower-cased columns of its indexes. Statements on a table not
+        # looked up yet wait, by the columns they assign, to be counted then.
+        self._indexed: dict[tuple[str, str], frozenset[str]] = {}
+        self._uncounted: dict[tuple[str, str], Counter[frozenset[str]]] = {}
+        self.statements = StatementBatcher(max_keys, self.wants, self._seen_statement)
 
     @property
     def pending(self) -> int:
@@ -228,6 +234,45 @@ class ProbeBatcher:
             batch.keys = {}
         self._waiting.clear()
         self.statements.reset()
+        self._uncounted.clear()
+
+    def _seen_statement(self, schema: str, table: str, sets: frozenset[str]) -> None:
+        """Count a statement as one row change (``rows``, ``moving``), as soon as it can
+        be told whether it moves an index entry."""
+        if not sets:  # a DELETE: not counted as moving, as a row DELETE is not
+            self.rows += 1
+            return
+        columns = self._indexed.get((schema, table))
+        if columns is None:
+            self._uncounted.setdefault((schema, table), Counter())[sets] += 1
+            return
+        self.rows += 1
+        self.moving += not columns.isdisjoint(sets)
+
+    def unknown_indexes(self) -> list[tuple[str, str]]:
+        """The (schema, table)s whose statements wait for ``learn_indexes``."""
+        return list(self._uncounted)
+
+    def learn_indexes(self, schema: str, table: str, columns: frozenset[str] | None) -> None:
+        """The table's indexed columns (lower-cased), or None: unknown. Unknown leaves
+        its statements uncounted (the count errs towards trying) and asks again later."""
+        waiting = self._uncounted.pop((schema, table), None)
+        if columns is None:
+            return
+        self._indexed[(schema, table)] = columns
+        for sets, n in (waiting or {}).items():
+            self.rows += n
+            if not columns.isdisjoint(sets):
+                self.moving += n
+
+    def forget_indexes(self, tables: Iterable[str] | None) -> None:
+        """A DDL changes these tables (qualified names; None: any): look them up again."""
+        if tables is None:
+            self._indexed.clear()
+            return
+        gone = {t.casefold() for t in tables}
+        for key in [k for k in self._indexed if f"{k[0]}.{k[1]}".casefold() in gone]:
+            del self._indexed[key]
 
     def feed(self, event: object) -> Sequence[Probe]:
         """Any relay-log event: row changes and statements become probes."""

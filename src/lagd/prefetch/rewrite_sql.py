@@ -100,6 +100,10 @@ class StatementRewrite:
     probe: Probe | None
     skipped: str | None
     reason: str  # for people: what was done, or why not
+    # The columns an UPDATE's SET list assigns, lower-cased and unqualified (MySQL's
+    # column names are case-insensitive); empty for a DELETE. Which of them are
+    # indexed tells whether it moves index entries (ProbeBatcher.moving).
+    sets: frozenset[str] = frozenset()
 
 
 def _words(text: str) -> frozenset[str]:
@@ -180,21 +184,22 @@ def rewrite_statement_sql(
     done = _rewrite_cached(sql, schema)
     if isinstance(done, StatementRewrite):
         return done
-    select, table_schema, table = done
+    select, table_schema, table, sets = done
     probe = Probe(select, (), table_schema, table, None, 0, "statement", covering=False,
                   source_time=source_time)
     return StatementRewrite(probe, None, f"rewritten as the SELECT of the rows it touches in "
-                                         f"{table_schema}.{table}")
+                                         f"{table_schema}.{table}", sets)
 
 
 @functools.lru_cache(maxsize=512)
-def _rewrite_cached(sql: str, schema: str | None) -> tuple[str, str, str] | StatementRewrite:
+def _rewrite_cached(sql: str, schema: str | None
+                    ) -> tuple[str, str, str, frozenset[str]] | StatementRewrite:
     # Statement-based logs repeat texts (purge jobs, counters); parsing costs ~0.2-0.5 ms.
     try:
-        select, table_schema, table = _rewrite(sql, schema)
+        select, table_schema, table, sets = _rewrite(sql, schema)
     except _Refused as no:
         return StatementRewrite(None, no.skipped, no.reason)
-    return select.replace("%", "%%"), table_schema, table
+    return select.replace("%", "%%"), table_schema, table, sets
 
 
 def _tokens(sql: str) -> list[Token]:
@@ -204,7 +209,7 @@ def _tokens(sql: str) -> list[Token]:
         raise _Refused("unparsable_statement", f"cannot tokenize: {exc}") from None
 
 
-def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str]:
+def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str, frozenset[str]]:
     try:
         sql.encode("utf-8")
     except UnicodeEncodeError:
@@ -255,7 +260,18 @@ def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str]:
     # What runs is only the kept text (plus qualifiers): check its tokens, not the SET list's.
     _check_kept([t for t in toks if any(a <= t.start < b for a, b in spans)])
     select, first = _splice(sql, tree, spans, schema)
-    return select, first[0], first[1]
+    return select, first[0], first[1], _assigned(tree) if word == "UPDATE" else frozenset()
+
+
+def _assigned(tree: exp.Expr) -> frozenset[str]:
+    """The column names an UPDATE's SET list assigns (``t.k = 1`` gives ``k``: a
+    multi-table UPDATE's targets are all matched against its first table)."""
+    names = set()
+    for e in tree.expressions:
+        target = e.this if isinstance(e, exp.EQ) else None
+        if isinstance(target, exp.Column):
+            names.add(target.name.lower())
+    return frozenset(names)
 
 
 def _main_keyword(toks: list[Token]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -115,6 +116,18 @@ def test_an_unnamed_ddl_blocks_every_table_until_the_engine_places_it() -> None:
     assert r.resolve(table_map("u")).source == "table_map"
     gate.hold(["s.t"], (SEQ, 800))  # the engine could name it after all
     assert gate.placed() == ["s.u"]  # resolved poorly meanwhile: to be resolved again
+
+
+def test_a_held_tables_indexes_are_unknown_until_the_sql_thread_has_applied_its_ddl() -> None:
+    gate = SchemaGate()
+    inner = SimpleNamespace(indexed_columns=lambda s, t: frozenset({"id", "k"}))
+    r = GatedResolver(inner, gate)  # type: ignore[arg-type]
+    gate.hold(["S.T"], (SEQ, 800))
+    assert r.indexed_columns("s", "t") is None  # about to change: statements on it wait
+    assert r.indexed_columns("s", "u") == {"id", "k"}
+    gate.release((SEQ, 800))
+    assert r.indexed_columns("s", "t") == {"id", "k"}
+    assert GatedResolver(CountingResolver(), gate).indexed_columns("s", "u") is None  # no lookup
 
 
 def test_the_engines_own_invalidations_are_not_ddl() -> None:

@@ -206,7 +206,7 @@ class ProbeBatcher:
         # table) -> the lower-cased columns of its indexes. Statements on a table not
         # looked up yet wait, by the columns they assign, to be counted then.
         self._indexed: dict[tuple[str, str], frozenset[str]] = {}
-        self._uncounted: dict[tuple[str, str], Counter[frozenset[str]]] = {}
+        self._uncounted: dict[tuple[str, str], dict[frozenset[str], int]] = {}
         self.statements = StatementBatcher(max_keys, self.wants, self._seen_statement)
 
     @property
@@ -242,9 +242,13 @@ class ProbeBatcher:
         if not sets:  # a DELETE: not counted as moving, as a row DELETE is not
             self.rows += 1
             return
-        columns = self._indexed.get((schema, table))
+        key = (schema, table)
+        columns = self._indexed.get(key)
         if columns is None:
-            self._uncounted.setdefault((schema, table), Counter())[sets] += 1
+            waiting = self._uncounted.get(key)
+            if waiting is None:
+                waiting = self._uncounted[key] = {}
+            waiting[sets] = waiting.get(sets, 0) + 1
             return
         self.rows += 1
         self.moving += not columns.isdisjoint(sets)

@@ -259,12 +259,13 @@ def test_the_scanners_prefilter_never_changes_a_match():
             [(m.span(), m.lastgroup) for m in bare.finditer(s)], s
 
 
-def test_each_statement_rewritten_is_reported_with_its_set_list() -> None:
+def test_each_statement_probed_is_reported_with_its_set_list() -> None:
     seen: list[tuple[str, str, frozenset[str]]] = []
-    b = StatementBatcher(16, seen=lambda s, t, c: seen.append((s, t, c)))
+    b = StatementBatcher(16, lambda schema: schema != "x", seen=lambda s, t, c: seen.append((s, t, c)))
     for i in range(3):  # direct, then templated twice
         b.add(Statement("s", f"UPDATE t SET k = {i}, c = 'x' WHERE id = {i}", 0, 0))
     b.add(Statement("s", "DELETE FROM d.u WHERE id = 1", 0, 0))
     b.add(Statement("s", "UPDATE t SET k = 1 WHERE id = RAND()", 0, 0))  # refused: not reported
+    b.add(Statement("s", "UPDATE x.t SET k = 1 WHERE id = 1", 0, 0))  # schema excluded: likewise
     assert seen == [("s", "t", frozenset({"k", "c"}))] * 3 + [("d", "u", frozenset())]
     assert b.stats["templated"] == 2

@@ -33,7 +33,7 @@ A shape whose SELECT is ``SELECT * FROM <one table> WHERE <col> = ?`` (or ``IN
 statements go into one ``<col> IN (...)``. ``Probe.rows`` counts the
 statements a probe covers.
 
-Every statement rewritten is also reported to ``seen(schema, table, sets)``
+Every statement it probes is also reported to ``seen(schema, table, sets)``
 with the columns its SET list assigns (once per shape, from the same parse):
 the caller matches them against the table's indexes to count the UPDATEs that
 move index entries, as it does for row events (ProbeBatcher.moving).
@@ -190,7 +190,7 @@ class StatementBatcher:
                  seen: Callable[[str, str, frozenset[str]], None] = lambda _s, _t, _c: None) -> None:
         self.max_keys = max_keys
         self.wants = wants  # the schema filters
-        self.seen = seen  # (schema, table, columns assigned) of each statement rewritten
+        self.seen = seen  # (schema, table, columns assigned) of each statement probed
         self._templates: dict[tuple[str, str | None], Template] = {}
         # Shapes seen once: a template costs two sqlglot parses, so a shape that never
         # repeats (a request id in a comment) must not cost more than the direct path.
@@ -229,9 +229,9 @@ class StatementBatcher:
         if not t.verified:
             self.stats["fallback"] += 1
             return self._direct(stmt)
-        self.seen(t.schema, t.table, t.sets)
         if not self.wants(t.schema):
             return [], _excluded(t.schema)
+        self.seen(t.schema, t.table, t.sets)
         self.stats["templated"] += 1
         if t.batch_head is None:
             return [Probe(t.bind(lits), (), t.schema, t.table, None, 1, "statement", covering=False,
@@ -260,9 +260,9 @@ class StatementBatcher:
         if verdict.probe is None:
             return [], verdict
         p = verdict.probe
-        self.seen(p.schema, p.table, verdict.sets)
         if not self.wants(p.schema):
             return [], _excluded(p.schema)
+        self.seen(p.schema, p.table, verdict.sets)
         return [Probe(p.sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
                       p.source_time)], None
 

@@ -194,8 +194,7 @@ class ProbeBatcher:
         self.exclude_schemas = frozenset(exclude_schemas)
         self.skipped: Counter[str] = Counter()
         self.last_reason: dict[str, str] = {}
-        self.rows = 0  # row changes seen (a statement probed counts as one once it is known
-        # whether it moves an index entry)
+        self.rows = 0  # row changes seen; a statement probed, once its table's indexes are known
         # ... of which UPDATEs that move an index entry (control.moved_entries)
         self.moving = 0
         self.keys = 0  # index entries queued, duplicates included

@@ -6,9 +6,10 @@ rows (LIMIT without ORDER BY is unsafe for statements). A session on the
 replica holds the row the first transaction needs, so the cursor reads ahead
 while the SQL thread waits; then the SQL thread applies everything.
 
-One statement in six moves index entries (``SET k = k - 1``, k indexed): the
+One statement in seven moves index entries (``SET k = k - 1``, k indexed): the
 engine counts it so for the gate's early stop (control.moved_entries) from
-the table's indexes on the replica, as it counts row events.
+the table's indexes on the replica, as it counts row events. One in seven is
+an INSERT, whose new entries are probed from its literals.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def workload(seed: int) -> list[str]:
             out.append(f"UPDATE t SET k = k - 1 WHERE id IN ({keys})")
         else:
             out.append(f"UPDATE t SET s = 'row-logged' WHERE k = {rng.randint(0, 99)} LIMIT 1")
+            # A new row: the INSERT's primary and (k, id) entries are probed from its literals.
+            out.append(f"INSERT INTO t (id, k, c, s) VALUES ({ROWS + i}, {rng.randint(0, 99)}, 0, 'new')")
     return out
 
 
@@ -80,8 +83,12 @@ def test_statement_backlog_is_probed_and_the_data_stays_identical(sandbox: Sandb
     print(fmt, "prefetch:", snap.counters, snap.pool, "rows, moving:", rows, moving)
     assert statements, "statement-logged changes were probed"
     assert any(p.rows > 1 for p in statements), "statements of one shape shared a probe"
+    inserts = [p for p in statements if "FORCE INDEX" in p.sql]
+    assert {p.index for p in inserts} == {"PRIMARY", "k_1"}, "INSERTs' new entries were probed"
+    # Those of the first read go before their table is looked up (skipped as table_lookup).
+    assert sum(p.rows for p in inserts if p.index == "PRIMARY") >= 20
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool["last_error"]
-    # 100 of the 601 changes move a k entry (a jump of the cursor reads some twice).
+    # 100 of the 700 changes counted move a k entry (a jump of the cursor reads some twice).
     assert moving >= 50 and 0.10 <= moving / rows <= 0.25, (rows, moving)
     src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
     assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import re
+from types import SimpleNamespace
 
 import pytest
 from test_rewrite_sql import ACCEPTED, REFUSED
@@ -261,7 +262,9 @@ def test_the_scanners_prefilter_never_changes_a_match():
 
 def test_each_statement_probed_is_reported_with_its_set_list() -> None:
     seen: list[tuple[str, str, frozenset[str]]] = []
-    b = StatementBatcher(16, lambda schema: schema != "x", seen=lambda s, t, c: seen.append((s, t, c)))
+    tables = SimpleNamespace(seen=lambda s, t, c, n: seen.extend([(s, t, c)] * n),
+                             described=lambda s, t: None)
+    b = StatementBatcher(16, lambda schema: schema != "x", tables)  # type: ignore[arg-type]
     for i in range(3):  # direct, then templated twice
         b.add(Statement("s", f"UPDATE t SET k = {i}, c = 'x' WHERE id = {i}", 0, 0))
     b.add(Statement("s", "DELETE FROM d.u WHERE id = 1", 0, 0))

@@ -120,14 +120,14 @@ def test_an_unnamed_ddl_blocks_every_table_until_the_engine_places_it() -> None:
 
 def test_a_held_tables_indexes_are_unknown_until_the_sql_thread_has_applied_its_ddl() -> None:
     gate = SchemaGate()
-    inner = SimpleNamespace(indexed_columns=lambda s, t: frozenset({"id", "k"}))
+    inner = SimpleNamespace(describe=lambda s, t: ([{"COLUMN_NAME": "id"}], []))
     r = GatedResolver(inner, gate)  # type: ignore[arg-type]
     gate.hold(["S.T"], (SEQ, 800))
-    assert r.indexed_columns("s", "t") is None  # about to change: statements on it wait
-    assert r.indexed_columns("s", "u") == {"id", "k"}
+    assert r.describe("s", "t") is None  # about to change: statements on it wait
+    assert r.describe("s", "u") == ([{"COLUMN_NAME": "id"}], [])
     gate.release((SEQ, 800))
-    assert r.indexed_columns("s", "t") == {"id", "k"}
-    assert GatedResolver(CountingResolver(), gate).indexed_columns("s", "u") is None  # no lookup
+    assert r.describe("s", "t") is not None
+    assert GatedResolver(CountingResolver(), gate).describe("s", "u") is None  # no lookup
 
 
 def test_the_engines_own_invalidations_are_not_ddl() -> None:

@@ -25,6 +25,7 @@ from lagd.lag_rates import DecayingRate
 from lagd.mysql.errors import Kind, kind_of
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control, stall
+from lagd.prefetch.inserts import table_keys
 from lagd.prefetch.offloop import OneThread
 from lagd.prefetch.pool import Outcome, ProbePool
 from lagd.prefetch.schema_gate import GatedResolver, SchemaGate, changes_schema, ddl_tables, forget
@@ -316,14 +317,15 @@ class PrefetchEngine:
         """Read on in the cursor's own thread (files, information_schema), then account on the loop."""
         self._forget_stale()
         self._consume(await self._cursor.call(self.reader.read, budget))
-        look = self._index_lookup()
+        look = self._describe()
         unknown = getattr(self.batcher, "unknown_indexes", None)
         if look is not None and unknown is not None and (tables := unknown()):
-            # Statements count towards moved_entries once their table's indexes are
-            # known: looked up off the loop (information_schema, cached), applied on it.
-            answers = await self._cursor.call(lambda: [(s, t, look(s, t)) for s, t in tables])
-            for schema, table, columns in answers:
-                self.batcher.learn_indexes(schema, table, columns)
+            # Statements name no table map: what their tables are like (for moved_entries
+            # and INSERT probes) is looked up off the loop (information_schema, cached).
+            answers = await self._cursor.call(
+                lambda: [(s, t, table_keys(*rows) if (rows := look(s, t)) else None) for s, t in tables])
+            for schema, table, keys in answers:
+                self.batcher.learn_indexes(schema, table, keys)
         if self._try_from is not None:
             self._moving_check(self._try_from)
 
@@ -342,10 +344,9 @@ class PrefetchEngine:
         if after is not before:
             self._move_gate(before, after)
 
-    def _index_lookup(self) -> Callable[[str, str], frozenset[str] | None] | None:
+    def _describe(self) -> Callable[[str, str], Any] | None:
         resolver = getattr(getattr(self.reader, "decoder", None), "resolver", None)
-        look: Callable[[str, str], frozenset[str] | None] | None = getattr(
-            resolver, "indexed_columns", None)
+        look: Callable[[str, str], Any] | None = getattr(resolver, "describe", None)
         return look
 
     def _forget(self, decoder: Any, tables: list[str] | None) -> None:

@@ -33,10 +33,13 @@ A shape whose SELECT is ``SELECT * FROM <one table> WHERE <col> = ?`` (or ``IN
 statements go into one ``<col> IN (...)``. ``Probe.rows`` counts the
 statements a probe covers.
 
-Every statement it probes is also reported to ``seen(schema, table, sets)``
-with the columns its SET list assigns (once per shape, from the same parse):
-the caller matches them against the table's indexes to count the UPDATEs that
+Every statement it probes is also reported to ``tables.seen`` with the
+columns its SET list assigns (once per shape, from the same parse): the
+caller matches them against the table's indexes to count the UPDATEs that
 move index entries, as it does for row events (ProbeBatcher.moving).
+
+INSERT shapes go to inserts.InsertBatcher (the entries they will add), also
+from their second statement on.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lagd.prefetch.inserts import InsertBatcher, Refused, TableKeys, Tables, is_insert
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql
 from lagd.relaylog.events import Statement
 
@@ -148,14 +152,26 @@ class Template:
 _UNVERIFIED = Template(None, verified=False)
 
 
+def marked(shape: str, strs: tuple[bool, ...]) -> str:
+    """The shape with a marker in place of each literal: parsed once for all its statements."""
+    pieces = shape.split("\0")
+    marks = [_STR_MARK.format(i) if s else _NUM_MARK.format(i) for i, s in enumerate(strs)]
+    return "".join(p + m for p, m in zip(pieces, [*marks, ""], strict=True))
+
+
+class _NoTables:
+    def described(self, schema: str, table: str) -> TableKeys | None:
+        return None
+
+    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int) -> None:
+        pass
+
+
 def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sql: str,
                    schema: str | None) -> Template:
     """Rewrite the marked shape once; keep it only if it reproduces ``sql``'s own rewrite."""
-    pieces = shape.split("\0")
-    marks = [_STR_MARK.format(i) if s else _NUM_MARK.format(i) for i, s in enumerate(strs)]
-    marked = "".join(p + m for p, m in zip(pieces, [*marks, ""], strict=True))
     direct = rewrite_statement_sql(sql, schema)
-    via = rewrite_statement_sql(marked, schema)
+    via = rewrite_statement_sql(marked(shape, strs), schema)
     if direct.probe is None or via.probe is None:
         if direct.probe is None and via.probe is None and direct.skipped == via.skipped:
             return Template(direct)
@@ -187,10 +203,11 @@ class StatementBatcher:
     """Statements -> probes through cached templates; batches of one shape share a probe."""
 
     def __init__(self, max_keys: int, wants: Callable[[str], bool] = lambda _schema: True,
-                 seen: Callable[[str, str, frozenset[str]], None] = lambda _s, _t, _c: None) -> None:
+                 tables: Tables | None = None) -> None:
         self.max_keys = max_keys
         self.wants = wants  # the schema filters
-        self.seen = seen  # (schema, table, columns assigned) of each statement probed
+        self.tables = tables or _NoTables()  # told of each statement probed; knows their indexes
+        self.inserts = InsertBatcher(max_keys, self.tables)
         self._templates: dict[tuple[str, str | None], Template] = {}
         # Shapes seen once: a template costs two sqlglot parses, so a shape that never
         # repeats (a request id in a comment) must not cost more than the direct path.
@@ -202,6 +219,7 @@ class StatementBatcher:
     def reset(self) -> None:
         self._waiting.clear()
         self._times.clear()
+        self.inserts.reset()
 
     def add(self, stmt: Statement) -> tuple[list[Probe], StatementRewrite | None]:
         """Probes ready now, and a refusal (or None)."""
@@ -211,15 +229,12 @@ class StatementBatcher:
             return self._direct(stmt)
         shape, lits, strs = cut
         key = (shape, stmt.schema)
+        if is_insert(shape):
+            return self._insert(stmt, key, lits, strs)
         t = self._templates.get(key)
         if t is None:
-            if key not in self._once:
-                if len(self._once) >= _CACHE_LIMIT:
-                    self._once.clear()
-                self._once[key] = None
-                self.stats["first_seen"] += 1
+            if self._first_seen(key):
                 return self._direct(stmt)
-            del self._once[key]
             self.stats["shapes"] += 1
             if len(self._templates) >= _CACHE_LIMIT:
                 self._templates.clear()
@@ -231,7 +246,7 @@ class StatementBatcher:
             return self._direct(stmt)
         if not self.wants(t.schema):
             return [], _excluded(t.schema)
-        self.seen(t.schema, t.table, t.sets)
+        self.tables.seen(t.schema, t.table, t.sets, 1)
         self.stats["templated"] += 1
         if t.batch_head is None:
             return [Probe(t.bind(lits), (), t.schema, t.table, None, 1, "statement", covering=False,
@@ -247,7 +262,34 @@ class StatementBatcher:
         return [], None
 
     def flush(self) -> list[Probe]:
-        return [self._emit(t) for t in list(self._waiting)]
+        return [self._emit(t) for t in list(self._waiting)] + self.inserts.flush()
+
+    def _first_seen(self, key: tuple[str, str | None]) -> bool:
+        """Whether this is the shape's first statement (a shape is parsed from its second)."""
+        if key in self._once:
+            del self._once[key]
+            return False
+        if len(self._once) >= _CACHE_LIMIT:
+            self._once.clear()
+        self._once[key] = None
+        self.stats["first_seen"] += 1
+        return True
+
+    def _insert(self, stmt: Statement, key: tuple[str, str | None], lits: tuple[str, ...],
+                strs: tuple[bool, ...]) -> tuple[list[Probe], StatementRewrite | None]:
+        shape = self.inserts.known(key)
+        if shape is None:
+            if self._first_seen(key):
+                return [], _INSERT_ONCE
+            shape = self.inserts.shape(key, marked(key[0], strs))
+        if isinstance(shape, Refused):
+            return [], StatementRewrite(None, shape.skipped, shape.reason)
+        if not self.wants(shape.schema):
+            return [], _excluded(shape.schema)
+        self.stats["inserts"] += 1
+        probes, refused = self.inserts.add(shape, lits, strs)
+        return probes, None if refused is None else StatementRewrite(None, refused.skipped,
+                                                                     refused.reason)
 
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)
@@ -262,9 +304,13 @@ class StatementBatcher:
         p = verdict.probe
         if not self.wants(p.schema):
             return [], _excluded(p.schema)
-        self.seen(p.schema, p.table, verdict.sets)
+        self.tables.seen(p.schema, p.table, verdict.sets, 1)
         return [Probe(p.sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
                       p.source_time)], None
+
+
+_INSERT_ONCE = StatementRewrite(None, "insert_statement", "the first INSERT of its shape is not"
+                                " probed (a shape is parsed from its second statement)")
 
 
 def _excluded(schema: str) -> StatementRewrite:

@@ -43,6 +43,7 @@ from typing import Any
 
 from lagd.errors import LagdError
 from lagd.prefetch.fingerprint import StatementBatcher
+from lagd.prefetch.inserts import TableKeys
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, index_probe_sql, rewrite_statement
 from lagd.relaylog.events import Ddl, Index, LoadData, RowChange, RowKind, Statement, TableInfo
 
@@ -201,13 +202,14 @@ class ProbeBatcher:
         self.duplicates = 0  # of those, already waiting in their batch
         self._plans: dict[int, TablePlan] = {}
         self._waiting: dict[_Batch, None] = {}  # batches holding keys, oldest first
-        # A statement names no table map, so whether its SET list moves index entries
-        # takes the table's indexes as the replica has them (learn_indexes): (schema,
-        # table) -> the lower-cased columns of its indexes. Statements on a table not
-        # looked up yet wait, by the columns they assign, to be counted then.
-        self._indexed: dict[tuple[str, str], frozenset[str]] = {}
+        # A statement names no table map: whether its SET list moves index entries, and
+        # which entries an INSERT adds, take the table as the replica has it
+        # (learn_indexes). UPDATE statements on a table not looked up yet wait, by the
+        # columns they assign, to be counted then; INSERTs are not probed until then.
+        self._tables: dict[tuple[str, str], TableKeys] = {}
         self._uncounted: dict[tuple[str, str], dict[frozenset[str], int]] = {}
-        self.statements = StatementBatcher(max_keys, self.wants, self._seen_statement)
+        self._wanted: set[tuple[str, str]] = set()
+        self.statements = StatementBatcher(max_keys, self.wants, self)
 
     @property
     def pending(self) -> int:
@@ -235,48 +237,59 @@ class ProbeBatcher:
         self._waiting.clear()
         self.statements.reset()
         self._uncounted.clear()
+        self._wanted.clear()
 
-    def _seen_statement(self, schema: str, table: str, sets: frozenset[str]) -> None:
-        """Count a statement as one row change (``rows``, ``moving``), as soon as it can
-        be told whether it moves an index entry."""
-        if not sets:  # a DELETE: not counted as moving, as a row DELETE is not
-            self.rows += 1
+    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int) -> None:
+        """Count statements' row changes (``rows``, ``moving``: inserts.Tables), an
+        UPDATE's as soon as it can be told whether it moves an index entry."""
+        if not sets:  # DELETE and INSERT: not counted as moving, as their rows are not
+            self.rows += rows
             return
         key = (schema, table)
-        columns = self._indexed.get(key)
-        if columns is None:
+        found = self._tables.get(key)
+        if found is None:
             waiting = self._uncounted.get(key)
             if waiting is None:
                 waiting = self._uncounted[key] = {}
-            waiting[sets] = waiting.get(sets, 0) + 1
+            waiting[sets] = waiting.get(sets, 0) + rows
             return
-        self.rows += 1
-        self.moving += not columns.isdisjoint(sets)
+        self.rows += rows
+        if not found.indexed.isdisjoint(sets):
+            self.moving += rows
+
+    def described(self, schema: str, table: str) -> TableKeys | None:
+        """The table as the replica has it, or None: asked for (``unknown_indexes``)."""
+        found = self._tables.get((schema, table))
+        if found is None:
+            self._wanted.add((schema, table))
+        return found
 
     def unknown_indexes(self) -> list[tuple[str, str]]:
-        """The (schema, table)s whose statements wait for ``learn_indexes``."""
-        return list(self._uncounted)
+        """The (schema, table)s that statements wait for ``learn_indexes`` on."""
+        return list(self._wanted.union(self._uncounted))
 
-    def learn_indexes(self, schema: str, table: str, columns: frozenset[str] | None) -> None:
-        """The table's indexed columns (lower-cased), or None: unknown. Unknown leaves
-        its statements uncounted (the count errs towards trying) and asks again later."""
+    def learn_indexes(self, schema: str, table: str, keys: TableKeys | None) -> None:
+        """The table as the replica has it (inserts.table_keys), or None: unknown.
+        Unknown leaves its statements uncounted (the count errs towards trying) and
+        asks again when a statement next needs it."""
+        self._wanted.discard((schema, table))
         waiting = self._uncounted.pop((schema, table), None)
-        if columns is None:
+        if keys is None:
             return
-        self._indexed[(schema, table)] = columns
+        self._tables[(schema, table)] = keys
         for sets, n in (waiting or {}).items():
             self.rows += n
-            if not columns.isdisjoint(sets):
+            if not keys.indexed.isdisjoint(sets):
                 self.moving += n
 
     def forget_indexes(self, tables: Iterable[str] | None) -> None:
         """A DDL changes these tables (qualified names; None: any): look them up again."""
         if tables is None:
-            self._indexed.clear()
+            self._tables.clear()
             return
         gone = {t.casefold() for t in tables}
-        for key in [k for k in self._indexed if f"{k[0]}.{k[1]}".casefold() in gone]:
-            del self._indexed[key]
+        for key in [k for k in self._tables if f"{k[0]}.{k[1]}".casefold() in gone]:
+            del self._tables[key]
 
     def feed(self, event: object) -> Sequence[Probe]:
         """Any relay-log event: row changes and statements become probes."""

@@ -231,14 +231,13 @@ class GatedResolver:
         self.gate.met(names)
         self.inner.invalidate(names)
 
-    def indexed_columns(self, schema: str, table: str) -> frozenset[str] | None:
+    def describe(self, schema: str, table: str) -> Any:
         """The inner resolver's answer, or None (unknown) for a table held: its
-        indexes are about to change."""
-        look = getattr(self.inner, "indexed_columns", None)
+        columns and indexes are about to change."""
+        look = getattr(self.inner, "describe", None)
         if look is None or self.gate.held(f"{schema}.{table}"):
             return None
-        found: frozenset[str] | None = look(schema, table)
-        return found
+        return look(schema, table)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # lookups, failures, last_error, close() of the inner one

@@ -167,14 +167,13 @@ class InformationSchemaResolver(TableMapResolver):
             self._cache[key] = (cols, stats)
         return cols, stats
 
-    def indexed_columns(self, schema: str, table: str) -> frozenset[str] | None:
-        """The lower-cased names of the columns in any of the table's indexes, as the
-        replica has it; None when unknown (no such table, or the lookup failed)."""
+    def describe(self, schema: str, table: str
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
+        """The table's information_schema COLUMNS and STATISTICS rows as the replica
+        has it (cached with the definitions), for statements, which name no table
+        map; None when unknown (no such table visible, or the lookup failed)."""
         cols, stats = self._query(schema, table)
-        if not cols:
-            return None
-        return frozenset(str(r["COLUMN_NAME"]).lower() for r in stats
-                         if r.get("COLUMN_NAME") is not None)  # None: a functional key part
+        return (cols, stats) if cols else None
 
     @staticmethod
     def _row(cur: Any, row: Any) -> dict[str, Any]:

@@ -1,0 +1,317 @@
+"""Statement-based INSERTs -> probes of the index entries they will add.
+
+On a MIXED-format source (MariaDB's default) an ``INSERT ... VALUES`` reaches
+the replica as a statement, and the rewrite to a SELECT (rewrite_sql) has
+nothing to select: the rows do not exist yet. What the SQL thread will read is
+the leaf page of each index where each new entry goes (InnoDB checks the
+primary and unique keys and inserts into every index; MariaDB 10.11 buffers
+no secondary index change by default). A row-based INSERT is probed for
+exactly those pages from its after image (rewrite.ProbeBatcher). Here the
+same entries come from the statement's literals:
+
+- a statement's shape (fingerprint.py) is parsed once: the table, the column
+  list, and for each row which literal each column takes (``None`` for a
+  value that is not one literal: NULL, DEFAULT, an expression);
+- the table's columns and indexes as the replica has them (information_schema,
+  looked up by the engine, :func:`table_keys`) decide which entries can be
+  probed: an index whose every column (and, for a non-unique index, every
+  primary-key column, so that the probe names one entry and not a range)
+  has a literal of its column's class. Integer columns take integer literals,
+  other numeric columns numbers, character columns single-quoted strings;
+  any other pairing (a number for a VARCHAR would make the server compare
+  as numbers and scan the index) leaves that index out for that row;
+- the probe is ``SELECT 1 FROM t FORCE INDEX (ix) WHERE (cols) IN ((...),
+  ...)`` with the literals' own text, batched per index like row probes.
+
+``INSERT ... SET a = 1`` is read as its column list and one row; REPLACE
+as INSERT. Refused shapes: INSERT ... SELECT, a PARTITION clause, an
+executable comment, an unqualified table without a default database.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import SqlglotError
+
+from lagd.prefetch.rewrite_sql import Probe, quote_ident
+
+_MYSQL = sqlglot.Dialect.get_or_raise("mysql")
+# A shape sqlglot cannot parse is refused here, once per shape, with its reason in the
+# skip counters; its own "falling back to parsing as a Command" warning would only puzzle.
+logging.getLogger("sqlglot").setLevel(logging.ERROR)
+_VERB = re.compile(r"\s*(?:/\*(?![!M]).*?\*/\s*)*(INSERT|REPLACE)\b", re.I | re.S)
+_SLOT = re.compile(r"~lagd:(\d+)~|97531(\d{5})86420")
+_INTEGER = re.compile(r"-?\d+")
+_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_INT_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
+_NUM_TYPES = ("decimal", "float", "double")
+_TEXT_TYPES = ("char", "varchar")
+
+
+def is_insert(shape: str) -> bool:
+    """The shape is an INSERT or REPLACE (cheap: its first word)."""
+    return _VERB.match(shape) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class InsertShape:
+    """What an INSERT shape writes: ``rows[i][j]`` is the literal slot of column
+    ``j`` (of ``columns``, or of the table's own order when None) in row ``i``."""
+
+    schema: str
+    table: str
+    columns: tuple[str, ...] | None
+    rows: tuple[tuple[int | None, ...], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    skipped: str
+    reason: str
+
+
+def parse_insert(marked: str, schema: str | None) -> InsertShape | Refused:
+    """An INSERT whose literals are markers (fingerprint.marked), parsed once."""
+    verb = _VERB.match(marked)
+    if verb is not None and verb.group(1).upper() == "REPLACE":
+        # sqlglot's MySQL parser has no REPLACE; the entries it adds are an INSERT's.
+        marked = f"{marked[:verb.start(1)]}INSERT{marked[verb.end(1):]}"
+    try:
+        tokens = list(_MYSQL.tokenize(marked))
+        if any(c.lstrip().startswith(("!", "M!")) for t in tokens for c in t.comments):
+            return Refused("executable_comment", "executable comment in an INSERT")
+        trees = [t for t in _MYSQL.parser().parse(tokens, marked) if t is not None]
+    except SqlglotError as exc:
+        return Refused("unparsable_statement", f"sqlglot: {str(exc).splitlines()[0]}")
+    if len(trees) != 1 or not isinstance(trees[0], exp.Insert):
+        return Refused("unsupported_statement", "not one INSERT")
+    tree = trees[0]
+    values = tree.expression
+    if not isinstance(values, exp.Values):
+        return Refused("insert_statement", "INSERT without VALUES (INSERT ... SELECT)")
+    target = tree.this
+    columns: tuple[str, ...] | None = None
+    if isinstance(target, exp.Schema):
+        cols = target.expressions
+        if not all(isinstance(c, exp.Identifier | exp.Column) for c in cols):
+            return Refused("insert_statement", "INSERT with a column list lagd cannot read")
+        columns = tuple(c.name.lower() for c in cols)
+        target = target.this
+    if not isinstance(target, exp.Table) or target.args.get("partition") is not None:
+        return Refused("insert_statement", "INSERT into something other than one table")
+    db = target.args.get("db")
+    table_schema = db.name if db is not None else schema
+    if table_schema is None:
+        return Refused("no_default_schema", f"table {target.name} is unqualified and the statement"
+                                            " has no default database")
+    rows = []
+    for row in values.expressions:
+        items = row.expressions if isinstance(row, exp.Tuple) else [row]
+        if columns is not None and len(items) != len(columns):
+            return Refused("unparsable_statement", "a row's values do not match the column list")
+        rows.append(tuple(_slot(v) for v in items))
+    return InsertShape(table_schema, target.name, columns, tuple(rows))
+
+
+def _slot(value: Any) -> int | None:
+    """The literal slot a value is, or None. A sign the fingerprint folded is in the
+    literal's text; one it left in the shape (``- 5``) makes a Neg: not one literal."""
+    if isinstance(value, exp.Literal):
+        m = _SLOT.fullmatch(str(value.this))
+        if m is not None:
+            return int(m.group(1) or m.group(2))
+    return None
+
+
+# ----- the table as the replica has it ---------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class KeyIndex:
+    name: str
+    columns: tuple[int, ...]  # ordinals
+    unique: bool
+    primary: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TableKeys:
+    """A table's columns and B-tree indexes, from information_schema."""
+
+    names: tuple[str, ...]  # lower-cased, in the table's order
+    classes: tuple[str | None, ...]  # "int", "num", "text" or None (not probed from a literal)
+    indexes: tuple[KeyIndex, ...]
+    primary: tuple[int, ...]  # the primary key's ordinals; () without one
+    indexed: frozenset[str]  # every column of any index: an UPDATE setting one moves an entry
+
+
+def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str, Any]]
+               ) -> TableKeys | None:
+    """From information_schema.COLUMNS and .STATISTICS rows (the resolver's); None
+    when the table has no columns (not visible to lagd, or gone)."""
+    cols = list(columns)
+    if not cols:
+        return None
+    names = tuple(str(c["COLUMN_NAME"]).lower() for c in cols)
+    classes = tuple(_class(str(c.get("COLUMN_TYPE") or "")) for c in cols)
+    ordinal = {n: i for i, n in enumerate(names)}
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for r in stats:
+        grouped.setdefault(str(r["INDEX_NAME"]), []).append(r)
+    indexes: list[KeyIndex] = []
+    other: set[str] = set()
+    for name, parts in grouped.items():
+        parts.sort(key=lambda p: int(p["SEQ_IN_INDEX"]))
+        part_names = [str(p["COLUMN_NAME"]).lower() for p in parts if p.get("COLUMN_NAME") is not None]
+        if (len(part_names) != len(parts) or any(n not in ordinal for n in part_names)
+                or any(p.get("SUB_PART") is not None for p in parts)
+                or str(parts[0].get("INDEX_TYPE") or "BTREE").upper() != "BTREE"):
+            other.update(part_names)  # prefix, FULLTEXT, functional: moved by an UPDATE, never probed
+            continue
+        indexes.append(KeyIndex(name, tuple(ordinal[n] for n in part_names),
+                                not int(parts[0]["NON_UNIQUE"]), name == "PRIMARY"))
+    primary = next((ix.columns for ix in indexes if ix.primary), ())
+    indexed = frozenset(names[c] for ix in indexes for c in ix.columns) | other
+    return TableKeys(names, classes, tuple(indexes), primary, indexed)
+
+
+def _class(column_type: str) -> str | None:
+    base = column_type.lower().split("(")[0].split()[0] if column_type.strip() else ""
+    if base in _INT_TYPES:
+        return "int"
+    if base in _NUM_TYPES:
+        return "num"
+    if base in _TEXT_TYPES and "binary" not in column_type.lower():
+        return "text"
+    return None
+
+
+def _fits(cls: str | None, literal: str, is_string: bool) -> bool:
+    if cls == "int":
+        return not is_string and _INTEGER.fullmatch(literal) is not None
+    if cls == "num":
+        return not is_string and _NUMBER.fullmatch(literal) is not None
+    if cls == "text":
+        return is_string and literal.startswith("'")
+    return False
+
+
+def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tuple[bool, ...]
+            ) -> dict[KeyIndex, list[str]] | None:
+    """Each probeable index's new entries, as ``(a, b)`` literal texts (``a`` for one
+    column); None when the column list names a column the table lacks."""
+    if shape.columns is None:
+        order: tuple[int, ...] = tuple(range(len(keys.names)))
+    else:
+        where = {n: i for i, n in enumerate(keys.names)}
+        if any(c not in where for c in shape.columns):
+            return None
+        order = tuple(where[c] for c in shape.columns)
+    out: dict[KeyIndex, list[str]] = {}
+    for row in shape.rows:
+        if len(row) != len(order):
+            return None
+        texts: dict[int, str] = {}
+        for ordinal, slot in zip(order, row, strict=True):
+            if slot is not None and _fits(keys.classes[ordinal], lits[slot], strs[slot]):
+                texts[ordinal] = lits[slot]
+        for ix in keys.indexes:
+            cols = ix.columns if ix.unique else ix.columns + tuple(
+                c for c in keys.primary if c not in ix.columns)
+            if (not ix.unique and not keys.primary) or any(c not in texts for c in cols):
+                continue
+            value = texts[cols[0]] if len(cols) == 1 else "(" + ", ".join(texts[c] for c in cols) + ")"
+            out.setdefault(ix, []).append(value)
+    return out
+
+
+def probe_head(schema: str, table: str, ix: KeyIndex, keys: TableKeys) -> str:
+    """``SELECT 1 FROM s.t FORCE INDEX (ix) WHERE (cols) IN (`` for ``entries``' texts."""
+    cols = ix.columns if ix.unique else ix.columns + tuple(c for c in keys.primary if c not in ix.columns)
+    names = [quote_ident(keys.names[c]) for c in cols]
+    where = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
+    return (f"SELECT 1 FROM {quote_ident(schema)}.{quote_ident(table)} FORCE INDEX"
+            f" ({quote_ident(ix.name)}) WHERE {where} IN (")
+
+
+# ----- batching ------------------------------------------------------------------
+
+class Tables(Protocol):
+    """What the statement batchers ask of the tables they write (ProbeBatcher)."""
+
+    def described(self, schema: str, table: str) -> TableKeys | None:
+        """The table as the replica has it; None: not known (yet): looked up later."""
+
+    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int) -> None:
+        """``rows`` row changes probed, assigning ``sets`` (UPDATE) or none."""
+
+
+class InsertBatcher:
+    """INSERT statements -> probes of their new entries, batched per index."""
+
+    def __init__(self, max_keys: int, tables: Tables) -> None:
+        self.max_keys = max_keys
+        self.tables = tables
+        self._shapes: dict[tuple[str, str | None], InsertShape | Refused] = {}
+        self._waiting: dict[tuple[str, str, KeyIndex], dict[str, None]] = {}
+        self._heads: dict[tuple[str, str, KeyIndex], str] = {}
+
+    def reset(self) -> None:
+        self._waiting.clear()
+
+    def known(self, key: tuple[str, str | None]) -> InsertShape | Refused | None:
+        """A (shape, default schema) parsed before, or None."""
+        return self._shapes.get(key)
+
+    def shape(self, key: tuple[str, str | None], marked: str) -> InsertShape | Refused:
+        """Parse a shape (``marked``: its text with markers) and keep it."""
+        if len(self._shapes) >= _CACHE_LIMIT:
+            self._shapes.clear()
+        got = self._shapes[key] = parse_insert(marked, key[1])
+        return got
+
+    def add(self, shape: InsertShape, lits: tuple[str, ...], strs: tuple[bool, ...]
+            ) -> tuple[list[Probe], Refused | None]:
+        self.tables.seen(shape.schema, shape.table, frozenset(), len(shape.rows))
+        keys = self.tables.described(shape.schema, shape.table)
+        if keys is None:
+            return [], _LOOKING_UP
+        found = entries(shape, keys, lits, strs)
+        if found is None:
+            return [], Refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
+                                                        " names a column the replica's table lacks")
+        out: list[Probe] = []
+        for ix, values in found.items():
+            bkey = (shape.schema, shape.table, ix)
+            waiting = self._waiting.get(bkey)
+            if waiting is None:
+                waiting = self._waiting[bkey] = {}
+                if bkey not in self._heads:
+                    if len(self._heads) >= _CACHE_LIMIT:
+                        self._heads.clear()
+                    self._heads[bkey] = probe_head(shape.schema, shape.table, ix, keys).replace("%", "%%")
+            for v in values:
+                waiting[v.replace("%", "%%")] = None
+                if len(waiting) >= self.max_keys:
+                    out.append(self._emit(bkey))
+                    waiting = self._waiting[bkey] = {}
+        return out, None
+
+    def flush(self) -> list[Probe]:
+        return [self._emit(k) for k in list(self._waiting) if self._waiting[k]]
+
+    def _emit(self, bkey: tuple[str, str, KeyIndex]) -> Probe:
+        values = self._waiting.pop(bkey)
+        schema, table, ix = bkey
+        return Probe(f"{self._heads[bkey]}{', '.join(values)})", (), schema, table, ix.name,
+                     len(values), "statement")
+
+
+_CACHE_LIMIT = 4096
+_LOOKING_UP = Refused("table_lookup", "INSERT into a table whose columns and indexes lagd is looking up")

@@ -1,0 +1,163 @@
+"""Statement-based INSERTs -> probes of the entries they add (prefetch/inserts.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lagd.prefetch.fingerprint import StatementBatcher, fingerprint, marked
+from lagd.prefetch.inserts import InsertShape, Refused, TableKeys, entries, parse_insert, table_keys
+from lagd.prefetch.rewrite import ProbeBatcher
+from lagd.relaylog import Statement
+
+
+def info_rows(columns: list[tuple[str, str]], indexes: list[tuple[str, tuple[str, ...], bool]],
+              **extra: dict[str, Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """information_schema COLUMNS and STATISTICS rows, as the resolver returns them."""
+    cols = [{"COLUMN_NAME": n, "ORDINAL_POSITION": i + 1, "IS_NULLABLE": "NO", "COLUMN_TYPE": t,
+             "CHARACTER_SET_NAME": "utf8mb4" if "char" in t else None} for i, (n, t) in enumerate(columns)]
+    stats = [{"INDEX_NAME": name, "NON_UNIQUE": 0 if unique else 1, "SEQ_IN_INDEX": seq + 1,
+              "COLUMN_NAME": c, "SUB_PART": None, "INDEX_TYPE": "BTREE", **extra.get(name, {})}
+             for name, cs, unique in indexes for seq, c in enumerate(cs)]
+    return cols, stats
+
+
+# The benchmark's table: id PRIMARY, k secondary, c and pad.
+SBTEST = info_rows([("id", "int(11)"), ("k", "int(11)"), ("c", "char(120)"), ("pad", "char(60)")],
+                   [("PRIMARY", ("id",), True), ("k_1", ("k",), False)])
+SB_KEYS = table_keys(*SBTEST)
+# A string key, a composite unique key, a column of another class, a prefix index.
+ACCOUNTS_KEYS = table_keys(*info_rows(
+    [("code", "varchar(32)"), ("region", "smallint(6)"), ("num", "bigint(20) unsigned"),
+     ("born", "date"), ("note", "text"), ("bal", "decimal(10,2)")],
+    [("PRIMARY", ("code",), True), ("u_rn", ("region", "num"), True), ("k_born", ("born",), False),
+     ("k_note", ("note",), False), ("k_bal", ("bal",), False)],
+    k_note={"SUB_PART": 10}))
+
+
+def test_table_keys_classes_and_indexes() -> None:
+    assert SB_KEYS is not None and ACCOUNTS_KEYS is not None
+    assert SB_KEYS.names == ("id", "k", "c", "pad") and SB_KEYS.primary == (0,)
+    assert SB_KEYS.classes == ("int", "int", "text", "text")
+    assert SB_KEYS.indexed == {"id", "k"}
+    assert ACCOUNTS_KEYS.classes == ("text", "int", "int", None, None, "num")
+    assert [ix.name for ix in ACCOUNTS_KEYS.indexes] == ["PRIMARY", "u_rn", "k_born", "k_bal"]
+    assert "note" in ACCOUNTS_KEYS.indexed  # a prefix index is not probed, but an UPDATE moves it
+    assert table_keys([], []) is None  # not visible to lagd, or gone
+
+
+def shape_of(sql: str, schema: str | None = "s") -> tuple[InsertShape | Refused, tuple[str, ...],
+                                                           tuple[bool, ...]]:
+    cut = fingerprint(sql)
+    assert cut is not None
+    return parse_insert(marked(cut[0], cut[2]), schema), cut[1], cut[2]
+
+
+def probed(sql: str, keys: TableKeys | None) -> dict[str, list[str]]:
+    shape, lits, strs = shape_of(sql)
+    assert isinstance(shape, InsertShape) and keys is not None
+    found = entries(shape, keys, lits, strs)
+    assert found is not None
+    return {ix.name: values for ix, values in found.items()}
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    # the benchmark's insert workload: the new primary and (k, id) entries
+    ("INSERT IGNORE INTO t VALUES (5, 17, 'ins', 'ins')", {"PRIMARY": ["5"], "k_1": ["(17, 5)"]}),
+    ("INSERT INTO t (k, id, c) VALUES (17, 5, 'x'), (-3, 6, 'y')",
+     {"PRIMARY": ["5", "6"], "k_1": ["(17, 5)", "(-3, 6)"]}),
+    ("REPLACE INTO s.t (id, k) VALUES (5, 17)", {"PRIMARY": ["5"], "k_1": ["(17, 5)"]}),
+    ("INSERT INTO t SET id = 5, k = 17", {"PRIMARY": ["5"], "k_1": ["(17, 5)"]}),
+    ("INSERT INTO t (id, k) VALUES (5, 17) ON DUPLICATE KEY UPDATE k = k + 1",
+     {"PRIMARY": ["5"], "k_1": ["(17, 5)"]}),
+    # auto-increment key left out: no primary entry, and no (k, id) entry to name
+    ("INSERT INTO t (k, c) VALUES (17, 'x')", {}),
+    # a value that is not one literal, or of another class: that index is left out
+    ("INSERT INTO t (id, k) VALUES (5, 17 + 1)", {"PRIMARY": ["5"]}),
+    ("INSERT INTO t (id, k) VALUES (5, NULL)", {"PRIMARY": ["5"]}),
+    ("INSERT INTO t (id, k) VALUES (5, '17')", {"PRIMARY": ["5"]}),  # a string for an INT
+    ("INSERT INTO t (id, k) VALUES (5, 1.5)", {"PRIMARY": ["5"]}),
+    ("INSERT INTO t (id, k) VALUES (5, 0x11)", {"PRIMARY": ["5"]}),
+    ("INSERT INTO t (id, k) VALUES (5, - 17)", {"PRIMARY": ["5"]}),  # a sign the shape kept
+    ("INSERT INTO t (id, k) VALUES (5, DEFAULT)", {"PRIMARY": ["5"]}),
+])
+def test_an_inserts_new_entries(sql: str, expected: dict[str, list[str]]) -> None:
+    assert probed(sql, SB_KEYS) == expected
+
+
+@pytest.mark.parametrize(("sql", "expected"), [
+    ("INSERT INTO a VALUES ('it''s', 3, 99, '2024-01-01', 'n', 1.50)",
+     {"PRIMARY": ["'it''s'"], "u_rn": ["(3, 99)"], "k_bal": ["(1.50, 'it''s')"]}),
+    ("INSERT INTO a (code, region) VALUES (12, 3)", {}),  # a number for a VARCHAR key: a scan
+    ("INSERT INTO a (code, region, num) VALUES (\"x\", 3, 4)", {"u_rn": ["(3, 4)"]}),  # ANSI_QUOTES?
+    ("INSERT INTO a (code, region, num) VALUES ('x', 3, -4)",
+     {"PRIMARY": ["'x'"], "u_rn": ["(3, -4)"]}),
+])
+def test_literal_classes_must_match_their_columns(sql: str, expected: dict[str, list[str]]) -> None:
+    assert probed(sql, ACCOUNTS_KEYS) == expected
+
+
+@pytest.mark.parametrize(("sql", "skipped"), [
+    ("INSERT INTO t SELECT * FROM u", "insert_statement"),
+    ("INSERT INTO t PARTITION (p0) VALUES (1, 2, 'a', 'b')", "insert_statement"),
+    ("INSERT /*! IGNORE */ INTO t VALUES (1, 2, 'a', 'b')", "executable_comment"),
+    ("INSERT INTO t (id, k) VALUES (1)", "unparsable_statement"),
+])
+def test_inserts_lagd_does_not_probe(sql: str, skipped: str) -> None:
+    shape, _, _ = shape_of(sql)
+    assert isinstance(shape, Refused) and shape.skipped == skipped
+
+
+def test_an_unqualified_table_needs_a_default_schema() -> None:
+    shape, _, _ = shape_of("INSERT INTO t VALUES (1, 2, 'a', 'b')", None)
+    assert isinstance(shape, Refused) and shape.skipped == "no_default_schema"
+    shape, _, _ = shape_of("INSERT INTO d.t VALUES (1, 2, 'a', 'b')", None)
+    assert isinstance(shape, InsertShape) and (shape.schema, shape.table) == ("d", "t")
+
+
+def test_a_column_the_replica_lacks_leaves_the_statement_out() -> None:
+    shape, lits, strs = shape_of("INSERT INTO t (id, nope) VALUES (1, 2)")
+    assert isinstance(shape, InsertShape) and SB_KEYS is not None
+    assert entries(shape, SB_KEYS, lits, strs) is None
+
+
+def test_inserts_are_probed_once_their_table_is_known_and_batched_per_index() -> None:
+    b = ProbeBatcher(max_keys=4)
+    out = []
+    for i in range(12):
+        out += b.add_statement(Statement("s", f"INSERT INTO t VALUES ({i}, {100 + i}, 'c', 'p')", 0, 0))
+        if i == 2:
+            assert b.unknown_indexes() == [("s", "t")]
+            b.learn_indexes("s", "t", SB_KEYS)
+    out += b.flush()
+    # 0: first of its shape; 1, 2: the table not known yet; 3..11 probed
+    assert b.skipped["insert_statement"] == 1 and b.skipped["table_lookup"] == 2
+    pk = [p for p in out if p.index == "PRIMARY"]
+    assert [p.sql for p in pk] == [
+        "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (3, 4, 5, 6)",
+        "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (7, 8, 9, 10)",
+        "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (11)",
+    ]
+    k = [p for p in out if p.index == "k_1"]
+    assert k[0].sql == ("SELECT 1 FROM `s`.`t` FORCE INDEX (`k_1`) WHERE (`k`, `id`) IN"
+                        " ((103, 3), (104, 4), (105, 5), (106, 6))")
+    assert sum(p.rows for p in pk) == 9 and all(p.params == () and p.kind == "statement" for p in out)
+    assert (b.rows, b.moving) == (11, 0)  # every INSERT probed or waiting counts as its rows
+
+
+def test_a_percent_sign_in_a_literal_is_escaped_for_the_driver() -> None:
+    b = ProbeBatcher(max_keys=1)
+    b.learn_indexes("s", "a", ACCOUNTS_KEYS)
+    out = []
+    for code in ("50%", "60%"):
+        out += b.add_statement(Statement("s", f"INSERT INTO a (code) VALUES ('{code}')", 0, 0))
+    assert [p.sql for p in out] == ["SELECT 1 FROM `s`.`a` FORCE INDEX (`PRIMARY`) WHERE `code` IN ('60%%')"]
+
+
+def test_the_statement_batcher_alone_probes_no_insert() -> None:
+    b = StatementBatcher(16)  # no tables to ask: nothing is known
+    for i in range(3):
+        probes, refused = b.add(Statement("s", f"INSERT INTO t VALUES ({i}, 1, 'c', 'p')", 0, 0))
+        assert probes == [] and refused is not None
+    assert refused.skipped == "table_lookup"

@@ -93,6 +93,8 @@ def test_an_inserts_new_entries(sql: str, expected: dict[str, list[str]]) -> Non
     ("INSERT INTO a (code, region, num) VALUES (\"x\", 3, 4)", {"u_rn": ["(3, 4)"]}),  # ANSI_QUOTES?
     ("INSERT INTO a (code, region, num) VALUES ('x', 3, -4)",
      {"PRIMARY": ["'x'"], "u_rn": ["(3, -4)"]}),
+    ("INSERT INTO a (code, region, num, bal) VALUES ('x', 3, 123456789012345678901, 1e3)",
+     {"PRIMARY": ["'x'"]}),  # past any integer column; an exponent for a DECIMAL
 ])
 def test_literal_classes_must_match_their_columns(sql: str, expected: dict[str, list[str]]) -> None:
     assert probed(sql, ACCOUNTS_KEYS) == expected

@@ -48,8 +48,10 @@ _MYSQL = sqlglot.Dialect.get_or_raise("mysql")
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 _VERB = re.compile(r"\s*(?:/\*(?![!M]).*?\*/\s*)*(INSERT|REPLACE)\b", re.I | re.S)
 _SLOT = re.compile(r"~lagd:(\d+)~|97531(\d{5})86420")
-_INTEGER = re.compile(r"-?\d+")
-_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+# At most 20 digits (an integer column's range), no exponent (a DECIMAL compared
+# with a DOUBLE constant): the literals whose comparison stays an index lookup.
+_INTEGER = re.compile(r"-?\d{1,20}")
+_NUMBER = re.compile(r"-?(?:\d{1,65}\.?\d{0,38}|\.\d{1,38})")
 _INT_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
 _NUM_TYPES = ("decimal", "float", "double")
 _TEXT_TYPES = ("char", "varchar")

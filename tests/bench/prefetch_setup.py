@@ -147,11 +147,13 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
                       _w_update_k),
     "delete": ("random DELETEs", _w_delete),
     "insert": ("INSERTs with random unique keys", _w_insert),
+    "insert_stmt": ("insert logged as statements (binlog_format=STATEMENT)", _w_insert),
     "mixed": ("50% update, 20% indexed update, 15% delete, 15% insert", _w_mixed),
     "multi_row": ("transactions of 10 random-row UPDATEs", _w_multi),
 }
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
-BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT"}
+BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT",
+                 "insert_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

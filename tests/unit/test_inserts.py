@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from lagd.prefetch.fingerprint import StatementBatcher, fingerprint, marked
+from lagd.prefetch.fingerprint import StatementBatcher, fingerprint, marked, marker_slot
 from lagd.prefetch.inserts import InsertShape, Refused, TableKeys, entries, parse_insert, table_keys
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.relaylog import Statement
@@ -51,7 +51,7 @@ def shape_of(sql: str, schema: str | None = "s") -> tuple[InsertShape | Refused,
                                                            tuple[bool, ...]]:
     cut = fingerprint(sql)
     assert cut is not None
-    return parse_insert(marked(cut[0], cut[2]), schema), cut[1], cut[2]
+    return parse_insert(marked(cut[0], cut[2]), schema, marker_slot), cut[1], cut[2]
 
 
 def probed(sql: str, keys: TableKeys | None) -> dict[str, list[str]]:

@@ -159,6 +159,12 @@ def marked(shape: str, strs: tuple[bool, ...]) -> str:
     return "".join(p + m for p, m in zip(pieces, [*marks, ""], strict=True))
 
 
+def marker_slot(text: str) -> int | None:
+    """The literal slot a marker, as SQL text, stands for; None for any other text."""
+    m = _MARKS.fullmatch(text)
+    return int(m.group(1) or m.group(2)) if m is not None else None
+
+
 class _NoTables:
     def described(self, schema: str, table: str) -> TableKeys | None:
         return None
@@ -281,7 +287,7 @@ class StatementBatcher:
         if shape is None:
             if self._first_seen(key):
                 return [], _INSERT_ONCE
-            shape = self.inserts.shape(key, marked(key[0], strs))
+            shape = self.inserts.shape(key, marked(key[0], strs), marker_slot)
         if isinstance(shape, Refused):
             return [], StatementRewrite(None, shape.skipped, shape.reason)
         if not self.wants(shape.schema):

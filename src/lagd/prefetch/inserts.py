@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -47,7 +47,6 @@ _MYSQL = sqlglot.Dialect.get_or_raise("mysql")
 # skip counters; its own "falling back to parsing as a Command" warning would only puzzle.
 logging.getLogger("sqlglot").setLevel(logging.ERROR)
 _VERB = re.compile(r"\s*(?:/\*(?![!M]).*?\*/\s*)*(INSERT|REPLACE)\b", re.I | re.S)
-_SLOT = re.compile(r"~lagd:(\d+)~|97531(\d{5})86420")
 # At most 20 digits (an integer column's range), no exponent (a DECIMAL compared
 # with a DOUBLE constant): the literals whose comparison stays an index lookup.
 _INTEGER = re.compile(r"-?\d{1,20}")
@@ -79,8 +78,10 @@ class Refused:
     reason: str
 
 
-def parse_insert(marked: str, schema: str | None) -> InsertShape | Refused:
-    """An INSERT whose literals are markers (fingerprint.marked), parsed once."""
+def parse_insert(marked: str, schema: str | None, slot_of: Callable[[str], int | None]
+                 ) -> InsertShape | Refused:
+    """An INSERT whose literals are markers (fingerprint.marked), parsed once;
+    ``slot_of`` tells the literal slot a marker's text stands for (fingerprint.marker_slot)."""
     verb = _VERB.match(marked)
     if verb is not None and verb.group(1).upper() == "REPLACE":
         # sqlglot's MySQL parser has no REPLACE; the entries it adds are an INSERT's.
@@ -118,18 +119,16 @@ def parse_insert(marked: str, schema: str | None) -> InsertShape | Refused:
         items = row.expressions if isinstance(row, exp.Tuple) else [row]
         if columns is not None and len(items) != len(columns):
             return Refused("unparsable_statement", "a row's values do not match the column list")
-        rows.append(tuple(_slot(v) for v in items))
+        rows.append(tuple(_slot(v, slot_of) for v in items))
     return InsertShape(table_schema, target.name, columns, tuple(rows))
 
 
-def _slot(value: Any) -> int | None:
+def _slot(value: Any, slot_of: Callable[[str], int | None]) -> int | None:
     """The literal slot a value is, or None. A sign the fingerprint folded is in the
     literal's text; one it left in the shape (``- 5``) makes a Neg: not one literal."""
-    if isinstance(value, exp.Literal):
-        m = _SLOT.fullmatch(str(value.this))
-        if m is not None:
-            return int(m.group(1) or m.group(2))
-    return None
+    if not isinstance(value, exp.Literal):
+        return None
+    return slot_of(f"'{value.this}'" if value.is_string else str(value.this))
 
 
 # ----- the table as the replica has it ---------------------------------------------
@@ -271,11 +270,12 @@ class InsertBatcher:
         """A (shape, default schema) parsed before, or None."""
         return self._shapes.get(key)
 
-    def shape(self, key: tuple[str, str | None], marked: str) -> InsertShape | Refused:
-        """Parse a shape (``marked``: its text with markers) and keep it."""
+    def shape(self, key: tuple[str, str | None], marked: str, slot_of: Callable[[str], int | None]
+              ) -> InsertShape | Refused:
+        """Parse a shape (``marked``: its text with markers, see parse_insert) and keep it."""
         if len(self._shapes) >= _CACHE_LIMIT:
             self._shapes.clear()
-        got = self._shapes[key] = parse_insert(marked, key[1])
+        got = self._shapes[key] = parse_insert(marked, key[1], slot_of)
         return got
 
     def add(self, shape: InsertShape, lits: tuple[str, ...], strs: tuple[bool, ...]

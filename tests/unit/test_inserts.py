@@ -38,12 +38,15 @@ ACCOUNTS_KEYS = table_keys(*info_rows(
 
 def test_table_keys_classes_and_indexes() -> None:
     assert SB_KEYS is not None and ACCOUNTS_KEYS is not None
-    assert SB_KEYS.names == ("id", "k", "c", "pad") and SB_KEYS.primary == (0,)
-    assert SB_KEYS.classes == ("int", "int", "text", "text")
+    assert SB_KEYS.names == ("id", "k", "c", "pad") and SB_KEYS.classes == ("int", "int", "text", "text")
+    assert [(ix.name, ix.columns, ix.where) for ix in SB_KEYS.indexes] == [
+        ("PRIMARY", (0,), "`id`"), ("k_1", (1, 0), "(`k`, `id`)")]  # a secondary entry ends in the key
     assert SB_KEYS.indexed == {"id", "k"}
     assert ACCOUNTS_KEYS.classes == ("text", "int", "int", None, None, "num")
     assert [ix.name for ix in ACCOUNTS_KEYS.indexes] == ["PRIMARY", "u_rn", "k_born", "k_bal"]
     assert "note" in ACCOUNTS_KEYS.indexed  # a prefix index is not probed, but an UPDATE moves it
+    no_pk = table_keys(*info_rows([("a", "int"), ("b", "int")], [("u", ("a",), True), ("k", ("b",), False)]))
+    assert no_pk is not None and [ix.name for ix in no_pk.indexes] == ["u"]  # k's entries: a range
     assert table_keys([], []) is None  # not visible to lagd, or gone
 
 

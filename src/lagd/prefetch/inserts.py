@@ -135,10 +135,12 @@ def _slot(value: Any, slot_of: Callable[[str], int | None]) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class KeyIndex:
+    """An index as a probe names its entries: its columns, and for a non-unique
+    one the primary key's after them (InnoDB's entry), so a probe names one entry."""
+
     name: str
-    columns: tuple[int, ...]  # ordinals
-    unique: bool
-    primary: bool
+    columns: tuple[int, ...]  # the ordinals a probe gives values for
+    where: str  # their quoted names: `a` or (`a`, `b`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,8 +149,7 @@ class TableKeys:
 
     names: tuple[str, ...]  # lower-cased, in the table's order
     classes: tuple[str | None, ...]  # "int", "num", "text" or None (not probed from a literal)
-    indexes: tuple[KeyIndex, ...]
-    primary: tuple[int, ...]  # the primary key's ordinals; () without one
+    indexes: tuple[KeyIndex, ...]  # those a probe can name entries of
     indexed: frozenset[str]  # every column of any index: an UPDATE setting one moves an entry
 
 
@@ -165,21 +166,25 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
     grouped: dict[str, list[Mapping[str, Any]]] = {}
     for r in stats:
         grouped.setdefault(str(r["INDEX_NAME"]), []).append(r)
-    indexes: list[KeyIndex] = []
-    other: set[str] = set()
+    usable: dict[str, tuple[tuple[int, ...], bool]] = {}  # name -> (ordinals, unique)
+    indexed: set[str] = set()
     for name, parts in grouped.items():
         parts.sort(key=lambda p: int(p["SEQ_IN_INDEX"]))
         part_names = [str(p["COLUMN_NAME"]).lower() for p in parts if p.get("COLUMN_NAME") is not None]
-        if (len(part_names) != len(parts) or any(n not in ordinal for n in part_names)
-                or any(p.get("SUB_PART") is not None for p in parts)
-                or str(parts[0].get("INDEX_TYPE") or "BTREE").upper() != "BTREE"):
-            other.update(part_names)  # prefix, FULLTEXT, functional: moved by an UPDATE, never probed
-            continue
-        indexes.append(KeyIndex(name, tuple(ordinal[n] for n in part_names),
-                                not int(parts[0]["NON_UNIQUE"]), name == "PRIMARY"))
-    primary = next((ix.columns for ix in indexes if ix.primary), ())
-    indexed = frozenset(names[c] for ix in indexes for c in ix.columns) | other
-    return TableKeys(names, classes, tuple(indexes), primary, indexed)
+        indexed.update(part_names)  # prefix, FULLTEXT and functional ones too: moved by an UPDATE
+        if (len(part_names) == len(parts) and all(n in ordinal for n in part_names)
+                and all(p.get("SUB_PART") is None for p in parts)
+                and str(parts[0].get("INDEX_TYPE") or "BTREE").upper() == "BTREE"):
+            usable[name] = (tuple(ordinal[n] for n in part_names), not int(parts[0]["NON_UNIQUE"]))
+    primary = usable["PRIMARY"][0] if "PRIMARY" in usable else ()
+    indexes = []
+    for name, (own, unique) in usable.items():
+        if not unique and not primary:
+            continue  # no entry to name: a probe would read every equal value
+        probed = own if unique else own + tuple(c for c in primary if c not in own)
+        quoted = [quote_ident(names[c]) for c in probed]
+        indexes.append(KeyIndex(name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})"))
+    return TableKeys(names, classes, tuple(indexes), frozenset(indexed))
 
 
 def _class(column_type: str) -> str | None:
@@ -223,22 +228,18 @@ def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tu
             if slot is not None and _fits(keys.classes[ordinal], lits[slot], strs[slot]):
                 texts[ordinal] = lits[slot]
         for ix in keys.indexes:
-            cols = ix.columns if ix.unique else ix.columns + tuple(
-                c for c in keys.primary if c not in ix.columns)
-            if (not ix.unique and not keys.primary) or any(c not in texts for c in cols):
+            cols = ix.columns
+            if any(c not in texts for c in cols):
                 continue
             value = texts[cols[0]] if len(cols) == 1 else "(" + ", ".join(texts[c] for c in cols) + ")"
             out.setdefault(ix, []).append(value)
     return out
 
 
-def probe_head(schema: str, table: str, ix: KeyIndex, keys: TableKeys) -> str:
+def probe_head(schema: str, table: str, ix: KeyIndex) -> str:
     """``SELECT 1 FROM s.t FORCE INDEX (ix) WHERE (cols) IN (`` for ``entries``' texts."""
-    cols = ix.columns if ix.unique else ix.columns + tuple(c for c in keys.primary if c not in ix.columns)
-    names = [quote_ident(keys.names[c]) for c in cols]
-    where = names[0] if len(names) == 1 else "(" + ", ".join(names) + ")"
     return (f"SELECT 1 FROM {quote_ident(schema)}.{quote_ident(table)} FORCE INDEX"
-            f" ({quote_ident(ix.name)}) WHERE {where} IN (")
+            f" ({quote_ident(ix.name)}) WHERE {ix.where} IN (")
 
 
 # ----- batching ------------------------------------------------------------------
@@ -297,7 +298,7 @@ class InsertBatcher:
                 if bkey not in self._heads:
                     if len(self._heads) >= _CACHE_LIMIT:
                         self._heads.clear()
-                    self._heads[bkey] = probe_head(shape.schema, shape.table, ix, keys).replace("%", "%%")
+                    self._heads[bkey] = probe_head(shape.schema, shape.table, ix).replace("%", "%%")
             for v in values:
                 waiting[v.replace("%", "%%")] = None
                 if len(waiting) >= self.max_keys:

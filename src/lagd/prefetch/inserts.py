@@ -208,10 +208,14 @@ def _fits(cls: str | None, literal: str, is_string: bool) -> bool:
     return False
 
 
-def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tuple[bool, ...]
-            ) -> dict[KeyIndex, list[str]] | None:
-    """Each probeable index's new entries, as ``(a, b)`` literal texts (``a`` for one
-    column); None when the column list names a column the table lacks."""
+Plan = tuple[tuple[KeyIndex, tuple[tuple[int, str], ...]], ...]
+
+
+def plan(shape: InsertShape, keys: TableKeys) -> Plan | None:
+    """For each row and probeable index, the (literal slot, column class) of each of
+    its columns, where every one has a literal; None when the column list names a
+    column the table lacks, or a row has another number of values. Made once per
+    shape and table: a statement then only checks its literals' classes."""
     if shape.columns is None:
         order: tuple[int, ...] = tuple(range(len(keys.names)))
     else:
@@ -219,21 +223,47 @@ def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tu
         if any(c not in where for c in shape.columns):
             return None
         order = tuple(where[c] for c in shape.columns)
-    out: dict[KeyIndex, list[str]] = {}
+    out = []
     for row in shape.rows:
         if len(row) != len(order):
             return None
-        texts: dict[int, str] = {}
-        for ordinal, slot in zip(order, row, strict=True):
-            if slot is not None and _fits(keys.classes[ordinal], lits[slot], strs[slot]):
-                texts[ordinal] = lits[slot]
+        slot_of = dict(zip(order, row, strict=True))
         for ix in keys.indexes:
-            cols = ix.columns
-            if any(c not in texts for c in cols):
-                continue
-            value = texts[cols[0]] if len(cols) == 1 else "(" + ", ".join(texts[c] for c in cols) + ")"
+            parts = []
+            for c in ix.columns:
+                slot, cls = slot_of.get(c), keys.classes[c]
+                if slot is None or cls is None:
+                    break
+                parts.append((slot, cls))
+            else:
+                out.append((ix, tuple(parts)))
+    return tuple(out)
+
+
+def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tuple[bool, ...]
+            ) -> dict[KeyIndex, list[str]] | None:
+    """Each probeable index's new entries, as ``(a, b)`` literal texts (``a`` for one
+    column); None as for :func:`plan`."""
+    made = plan(shape, keys)
+    if made is None:
+        return None
+    out: dict[KeyIndex, list[str]] = {}
+    for ix, parts in made:
+        value = _entry(parts, lits, strs)
+        if value is not None:
             out.setdefault(ix, []).append(value)
     return out
+
+
+def _entry(parts: tuple[tuple[int, str], ...], lits: tuple[str, ...], strs: tuple[bool, ...]
+           ) -> str | None:
+    """One entry's literal text, or None when a literal is not of its column's class."""
+    texts = []
+    for slot, cls in parts:
+        if not _fits(cls, lits[slot], strs[slot]):
+            return None
+        texts.append(lits[slot])
+    return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
 
 
 def probe_head(schema: str, table: str, ix: KeyIndex) -> str:
@@ -254,6 +284,17 @@ class Tables(Protocol):
         """``rows`` row changes probed, assigning ``sets`` (UPDATE) or none."""
 
 
+class _Entries:
+    """One index's new entries waiting for their probe (a dict key by identity)."""
+
+    __slots__ = ("head", "index", "schema", "table", "values")
+
+    def __init__(self, schema: str, table: str, ix: KeyIndex) -> None:
+        self.head = probe_head(schema, table, ix).replace("%", "%%")
+        self.schema, self.table, self.index = schema, table, ix.name
+        self.values: dict[str, None] = {}
+
+
 class InsertBatcher:
     """INSERT statements -> probes of their new entries, batched per index."""
 
@@ -261,10 +302,15 @@ class InsertBatcher:
         self.max_keys = max_keys
         self.tables = tables
         self._shapes: dict[tuple[str, str | None], InsertShape | Refused] = {}
-        self._waiting: dict[tuple[str, str, KeyIndex], dict[str, None]] = {}
-        self._heads: dict[tuple[str, str, KeyIndex], str] = {}
+        # id(shape) -> (shape, the table it was planned for, its steps or None): see plan()
+        self._plans: dict[int, tuple[InsertShape, TableKeys,
+                                     tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None]] = {}
+        self._batches: dict[tuple[str, str, KeyIndex], _Entries] = {}
+        self._waiting: dict[_Entries, None] = {}  # batches holding entries, oldest first
 
     def reset(self) -> None:
+        for batch in self._waiting:
+            batch.values = {}
         self._waiting.clear()
 
     def known(self, key: tuple[str, str | None]) -> InsertShape | Refused | None:
@@ -285,34 +331,51 @@ class InsertBatcher:
         keys = self.tables.described(shape.schema, shape.table)
         if keys is None:
             return [], _LOOKING_UP
-        found = entries(shape, keys, lits, strs)
-        if found is None:
+        got = self._plans.get(id(shape))
+        if got is None or got[0] is not shape or got[1] is not keys:
+            if len(self._plans) >= _CACHE_LIMIT:
+                self._plans.clear()
+                self._batches.clear()  # waiting ones stay in _waiting until emitted
+            got = self._plans[id(shape)] = (shape, keys, self._steps(shape, keys))
+        steps = got[2]
+        if steps is None:
             return [], Refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
                                                         " names a column the replica's table lacks")
         out: list[Probe] = []
-        for ix, values in found.items():
-            bkey = (shape.schema, shape.table, ix)
-            waiting = self._waiting.get(bkey)
-            if waiting is None:
-                waiting = self._waiting[bkey] = {}
-                if bkey not in self._heads:
-                    if len(self._heads) >= _CACHE_LIMIT:
-                        self._heads.clear()
-                    self._heads[bkey] = probe_head(shape.schema, shape.table, ix).replace("%", "%%")
-            for v in values:
-                waiting[v.replace("%", "%%")] = None
-                if len(waiting) >= self.max_keys:
-                    out.append(self._emit(bkey))
-                    waiting = self._waiting[bkey] = {}
+        for batch, parts in steps:
+            value = _entry(parts, lits, strs)
+            if value is None:
+                continue
+            values = batch.values
+            if not values:
+                self._waiting[batch] = None
+            values[value.replace("%", "%%") if "%" in value else value] = None
+            if len(values) >= self.max_keys:
+                out.append(self._emit(batch))
         return out, None
 
-    def flush(self) -> list[Probe]:
-        return [self._emit(k) for k in list(self._waiting) if self._waiting[k]]
+    def _steps(self, shape: InsertShape, keys: TableKeys
+               ) -> tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None:
+        made = plan(shape, keys)
+        if made is None:
+            return None
+        steps = []
+        for ix, parts in made:
+            key = (shape.schema, shape.table, ix)
+            batch = self._batches.get(key)
+            if batch is None:
+                batch = self._batches[key] = _Entries(shape.schema, shape.table, ix)
+            steps.append((batch, parts))
+        return tuple(steps)
 
-    def _emit(self, bkey: tuple[str, str, KeyIndex]) -> Probe:
-        values = self._waiting.pop(bkey)
-        schema, table, ix = bkey
-        return Probe(f"{self._heads[bkey]}{', '.join(values)})", (), schema, table, ix.name,
+    def flush(self) -> list[Probe]:
+        return [self._emit(b) for b in list(self._waiting)]
+
+    def _emit(self, batch: _Entries) -> Probe:
+        values = list(batch.values)
+        batch.values = {}
+        self._waiting.pop(batch, None)
+        return Probe(f"{batch.head}{', '.join(values)})", (), batch.schema, batch.table, batch.index,
                      len(values), "statement")
 
 

@@ -7,8 +7,9 @@ from typing import Any
 import pytest
 
 from lagd.prefetch.fingerprint import StatementBatcher, fingerprint, marked, marker_slot
-from lagd.prefetch.inserts import InsertShape, Refused, TableKeys, entries, parse_insert, table_keys
+from lagd.prefetch.inserts import InsertShape, TableKeys, entries, parse_insert, table_keys
 from lagd.prefetch.rewrite import ProbeBatcher
+from lagd.prefetch.rewrite_sql import StatementRewrite
 from lagd.relaylog import Statement
 
 
@@ -50,7 +51,7 @@ def test_table_keys_classes_and_indexes() -> None:
     assert table_keys([], []) is None  # not visible to lagd, or gone
 
 
-def shape_of(sql: str, schema: str | None = "s") -> tuple[InsertShape | Refused, tuple[str, ...],
+def shape_of(sql: str, schema: str | None = "s") -> tuple[InsertShape | StatementRewrite, tuple[str, ...],
                                                            tuple[bool, ...]]:
     cut = fingerprint(sql)
     assert cut is not None
@@ -111,12 +112,12 @@ def test_literal_classes_must_match_their_columns(sql: str, expected: dict[str, 
 ])
 def test_inserts_lagd_does_not_probe(sql: str, skipped: str) -> None:
     shape, _, _ = shape_of(sql)
-    assert isinstance(shape, Refused) and shape.skipped == skipped
+    assert isinstance(shape, StatementRewrite) and shape.skipped == skipped
 
 
 def test_an_unqualified_table_needs_a_default_schema() -> None:
     shape, _, _ = shape_of("INSERT INTO t VALUES (1, 2, 'a', 'b')", None)
-    assert isinstance(shape, Refused) and shape.skipped == "no_default_schema"
+    assert isinstance(shape, StatementRewrite) and shape.skipped == "no_default_schema"
     shape, _, _ = shape_of("INSERT INTO d.t VALUES (1, 2, 'a', 'b')", None)
     assert isinstance(shape, InsertShape) and (shape.schema, shape.table) == ("d", "t")
 

@@ -49,7 +49,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from lagd.prefetch.inserts import InsertBatcher, Refused, TableKeys, Tables, is_insert
+from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql
 from lagd.relaylog.events import Statement
 
@@ -288,14 +288,12 @@ class StatementBatcher:
             if self._first_seen(key):
                 return [], _INSERT_ONCE
             shape = self.inserts.shape(key, marked(key[0], strs), marker_slot)
-        if isinstance(shape, Refused):
-            return [], StatementRewrite(None, shape.skipped, shape.reason)
+        if isinstance(shape, StatementRewrite):
+            return [], shape
         if not self.wants(shape.schema):
             return [], _excluded(shape.schema)
         self.stats["inserts"] += 1
-        probes, refused = self.inserts.add(shape, lits, strs)
-        return probes, None if refused is None else StatementRewrite(None, refused.skipped,
-                                                                     refused.reason)
+        return self.inserts.add(shape, lits, strs)
 
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)

@@ -40,7 +40,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from lagd.prefetch.rewrite_sql import Probe, quote_ident
+from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, quote_ident
 
 _MYSQL = sqlglot.Dialect.get_or_raise("mysql")
 # A shape sqlglot cannot parse is refused here, once per shape, with its reason in the
@@ -72,14 +72,12 @@ class InsertShape:
     rows: tuple[tuple[int | None, ...], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Refused:
-    skipped: str
-    reason: str
+def _refused(skipped: str, reason: str) -> StatementRewrite:
+    return StatementRewrite(None, skipped, reason)
 
 
 def parse_insert(marked: str, schema: str | None, slot_of: Callable[[str], int | None]
-                 ) -> InsertShape | Refused:
+                 ) -> InsertShape | StatementRewrite:
     """An INSERT whose literals are markers (fingerprint.marked), parsed once;
     ``slot_of`` tells the literal slot a marker's text stands for (fingerprint.marker_slot)."""
     verb = _VERB.match(marked)
@@ -89,36 +87,36 @@ def parse_insert(marked: str, schema: str | None, slot_of: Callable[[str], int |
     try:
         tokens = list(_MYSQL.tokenize(marked))
         if any(c.lstrip().startswith(("!", "M!")) for t in tokens for c in t.comments):
-            return Refused("executable_comment", "executable comment in an INSERT")
+            return _refused("executable_comment", "executable comment in an INSERT")
         trees = [t for t in _MYSQL.parser().parse(tokens, marked) if t is not None]
     except SqlglotError as exc:
-        return Refused("unparsable_statement", f"sqlglot: {str(exc).splitlines()[0]}")
+        return _refused("unparsable_statement", f"sqlglot: {str(exc).splitlines()[0]}")
     if len(trees) != 1 or not isinstance(trees[0], exp.Insert):
-        return Refused("unsupported_statement", "not one INSERT")
+        return _refused("unsupported_statement", "not one INSERT")
     tree = trees[0]
     values = tree.expression
     if not isinstance(values, exp.Values):
-        return Refused("insert_statement", "INSERT without VALUES (INSERT ... SELECT)")
+        return _refused("insert_statement", "INSERT without VALUES (INSERT ... SELECT)")
     target = tree.this
     columns: tuple[str, ...] | None = None
     if isinstance(target, exp.Schema):
         cols = target.expressions
         if not all(isinstance(c, exp.Identifier | exp.Column) for c in cols):
-            return Refused("insert_statement", "INSERT with a column list lagd cannot read")
+            return _refused("insert_statement", "INSERT with a column list lagd cannot read")
         columns = tuple(c.name.lower() for c in cols)
         target = target.this
     if not isinstance(target, exp.Table) or target.args.get("partition") is not None:
-        return Refused("insert_statement", "INSERT into something other than one table")
+        return _refused("insert_statement", "INSERT into something other than one table")
     db = target.args.get("db")
     table_schema = db.name if db is not None else schema
     if table_schema is None:
-        return Refused("no_default_schema", f"table {target.name} is unqualified and the statement"
+        return _refused("no_default_schema", f"table {target.name} is unqualified and the statement"
                                             " has no default database")
     rows = []
     for row in values.expressions:
         items = row.expressions if isinstance(row, exp.Tuple) else [row]
         if columns is not None and len(items) != len(columns):
-            return Refused("unparsable_statement", "a row's values do not match the column list")
+            return _refused("unparsable_statement", "a row's values do not match the column list")
         rows.append(tuple(_slot(v, slot_of) for v in items))
     return InsertShape(table_schema, target.name, columns, tuple(rows))
 
@@ -301,7 +299,7 @@ class InsertBatcher:
     def __init__(self, max_keys: int, tables: Tables) -> None:
         self.max_keys = max_keys
         self.tables = tables
-        self._shapes: dict[tuple[str, str | None], InsertShape | Refused] = {}
+        self._shapes: dict[tuple[str, str | None], InsertShape | StatementRewrite] = {}
         # id(shape) -> (shape, the table it was planned for, its steps or None): see plan()
         self._plans: dict[int, tuple[InsertShape, TableKeys,
                                      tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None]] = {}
@@ -313,12 +311,12 @@ class InsertBatcher:
             batch.values = {}
         self._waiting.clear()
 
-    def known(self, key: tuple[str, str | None]) -> InsertShape | Refused | None:
+    def known(self, key: tuple[str, str | None]) -> InsertShape | StatementRewrite | None:
         """A (shape, default schema) parsed before, or None."""
         return self._shapes.get(key)
 
     def shape(self, key: tuple[str, str | None], marked: str, slot_of: Callable[[str], int | None]
-              ) -> InsertShape | Refused:
+              ) -> InsertShape | StatementRewrite:
         """Parse a shape (``marked``: its text with markers, see parse_insert) and keep it."""
         if len(self._shapes) >= _CACHE_LIMIT:
             self._shapes.clear()
@@ -326,7 +324,7 @@ class InsertBatcher:
         return got
 
     def add(self, shape: InsertShape, lits: tuple[str, ...], strs: tuple[bool, ...]
-            ) -> tuple[list[Probe], Refused | None]:
+            ) -> tuple[list[Probe], StatementRewrite | None]:
         self.tables.seen(shape.schema, shape.table, frozenset(), len(shape.rows))
         keys = self.tables.described(shape.schema, shape.table)
         if keys is None:
@@ -339,7 +337,7 @@ class InsertBatcher:
             got = self._plans[id(shape)] = (shape, keys, self._steps(shape, keys))
         steps = got[2]
         if steps is None:
-            return [], Refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
+            return [], _refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
                                                         " names a column the replica's table lacks")
         out: list[Probe] = []
         for batch, parts in steps:
@@ -380,4 +378,4 @@ class InsertBatcher:
 
 
 _CACHE_LIMIT = 4096
-_LOOKING_UP = Refused("table_lookup", "INSERT into a table whose columns and indexes lagd is looking up")
+_LOOKING_UP = _refused("table_lookup", "INSERT into a table whose columns and indexes lagd is looking up")

@@ -134,8 +134,8 @@ def test_inserts_are_probed_once_their_table_is_known_and_batched_per_index() ->
     for i in range(12):
         out += b.add_statement(Statement("s", f"INSERT INTO t VALUES ({i}, {100 + i}, 'c', 'p')", 0, 0))
         if i == 2:
-            assert b.unknown_indexes() == [("s", "t")]
-            b.learn_indexes("s", "t", SB_KEYS)
+            assert b.unknown_tables() == [("s", "t")]
+            b.learn_table("s", "t", SB_KEYS)
     out += b.flush()
     # 0: first of its shape; 1, 2: the table not known yet; 3..11 probed
     assert b.skipped["insert_statement"] == 1 and b.skipped["table_lookup"] == 2
@@ -154,7 +154,7 @@ def test_inserts_are_probed_once_their_table_is_known_and_batched_per_index() ->
 
 def test_a_percent_sign_in_a_literal_is_escaped_for_the_driver() -> None:
     b = ProbeBatcher(max_keys=1)
-    b.learn_indexes("s", "a", ACCOUNTS_KEYS)
+    b.learn_table("s", "a", ACCOUNTS_KEYS)
     out = []
     for code in ("50%", "60%"):
         out += b.add_statement(Statement("s", f"INSERT INTO a (code) VALUES ('{code}')", 0, 0))

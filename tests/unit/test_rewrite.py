@@ -420,7 +420,7 @@ def test_moving_with_minimal_images_counts_only_the_columns_logged() -> None:
 
 
 # Statement-based UPDATEs: the SET list against the table's indexes as the replica has them
-# (ProbeBatcher.learn_indexes; the engine looks them up in information_schema).
+# (ProbeBatcher.learn_table; the engine looks them up in information_schema).
 ORDERS_INDEXED = table_keys(*info_rows(
     [("id", "int(11)"), ("k", "int(11)"), ("u", "varchar(10)"), ("name", "varchar(10)"), ("pad", "text")],
     [("PRIMARY", ("id",), True), ("k", ("k",), False), ("u", ("u",), True), ("name", ("name",), False)]))
@@ -438,11 +438,11 @@ ORDERS_INDEXED = table_keys(*info_rows(
 ])
 def test_statements_count_as_row_changes_by_their_set_list(sql: str, rows: int, moving: int) -> None:
     b = ProbeBatcher()
-    b.learn_indexes("shop", "o", ORDERS_INDEXED)
+    b.learn_table("shop", "o", ORDERS_INDEXED)
     for i in range(3):  # the first of a shape goes the direct way, the rest through its template
         b.add_statement(Statement("shop", sql.format(i + 1), 0, 0))
     n = 2 if sql.startswith("INSERT") else 3  # the first INSERT of a shape is not parsed
-    assert (b.rows, b.moving) == (n * rows, n * moving) and b.unknown_indexes() == []
+    assert (b.rows, b.moving) == (n * rows, n * moving) and b.unknown_tables() == []
 
 
 def test_statements_wait_for_their_tables_indexes_then_count() -> None:
@@ -451,27 +451,27 @@ def test_statements_wait_for_their_tables_indexes_then_count() -> None:
         b.add_statement(Statement("shop", f"UPDATE o SET k = {i} WHERE id = {i}", 0, 0))
         b.add_statement(Statement("shop", f"UPDATE o SET pad = 'p' WHERE id = {i}", 0, 0))
     b.add_statement(Statement("shop", "DELETE FROM o WHERE id = 9", 0, 0))  # needs no lookup
-    assert (b.rows, b.moving) == (1, 0) and b.unknown_indexes() == [("shop", "o")]
-    b.learn_indexes("shop", "o", None)  # the lookup failed: left uncounted, asked again later
-    assert (b.rows, b.moving) == (1, 0) and b.unknown_indexes() == []
+    assert (b.rows, b.moving) == (1, 0) and b.unknown_tables() == [("shop", "o")]
+    b.learn_table("shop", "o", None)  # the lookup failed: left uncounted, asked again later
+    assert (b.rows, b.moving) == (1, 0) and b.unknown_tables() == []
     b.add_statement(Statement("shop", "UPDATE o SET k = 1 WHERE id = 1", 0, 0))
-    assert b.unknown_indexes() == [("shop", "o")]
-    b.learn_indexes("shop", "o", ORDERS_INDEXED)
-    assert (b.rows, b.moving) == (2, 1) and b.unknown_indexes() == []
+    assert b.unknown_tables() == [("shop", "o")]
+    b.learn_table("shop", "o", ORDERS_INDEXED)
+    assert (b.rows, b.moving) == (2, 1) and b.unknown_tables() == []
     b.add_statement(Statement("shop", "UPDATE o SET k = 2 WHERE id = 2", 0, 0))
     assert (b.rows, b.moving) == (3, 2)
 
 
 def test_a_ddl_or_a_jump_makes_statements_look_their_tables_up_again() -> None:
     b = ProbeBatcher()
-    b.learn_indexes("shop", "o", ORDERS_INDEXED)
-    b.learn_indexes("shop", "p", ORDERS_INDEXED)
-    b.forget_indexes(["SHOP.O"])  # the gate's folded names
+    b.learn_table("shop", "o", ORDERS_INDEXED)
+    b.learn_table("shop", "p", ORDERS_INDEXED)
+    b.forget_tables(["SHOP.O"])  # the gate's folded names
     b.add_statement(Statement("shop", "UPDATE o SET k = 1 WHERE id = 1", 0, 0))
     b.add_statement(Statement("shop", "UPDATE p SET k = 1 WHERE id = 1", 0, 0))
-    assert b.unknown_indexes() == [("shop", "o")] and (b.rows, b.moving) == (1, 1)
+    assert b.unknown_tables() == [("shop", "o")] and (b.rows, b.moving) == (1, 1)
     b.reset()  # the reader jumped: what waited is not ahead any more
-    assert b.unknown_indexes() == []
-    b.forget_indexes(None)
+    assert b.unknown_tables() == []
+    b.forget_tables(None)
     b.add_statement(Statement("shop", "UPDATE p SET k = 2 WHERE id = 2", 0, 0))
-    assert b.unknown_indexes() == [("shop", "p")]
+    assert b.unknown_tables() == [("shop", "p")]

@@ -318,14 +318,14 @@ class PrefetchEngine:
         self._forget_stale()
         self._consume(await self._cursor.call(self.reader.read, budget))
         look = self._describe()
-        unknown = getattr(self.batcher, "unknown_indexes", None)
+        unknown = getattr(self.batcher, "unknown_tables", None)
         if look is not None and unknown is not None and (tables := unknown()):
             # Statements name no table map: what their tables are like (for moved_entries
             # and INSERT probes) is looked up off the loop (information_schema, cached).
             answers = await self._cursor.call(
                 lambda: [(s, t, table_keys(*rows) if (rows := look(s, t)) else None) for s, t in tables])
             for schema, table, keys in answers:
-                self.batcher.learn_indexes(schema, table, keys)
+                self.batcher.learn_table(schema, table, keys)
         if self._try_from is not None:
             self._moving_check(self._try_from)
 
@@ -353,7 +353,7 @@ class PrefetchEngine:
         """Drop cached definitions (schema_gate.forget) and the statements' view of
         the same tables' indexes."""
         forget(decoder, self.gate, tables)
-        drop = getattr(self.batcher, "forget_indexes", None)
+        drop = getattr(self.batcher, "forget_tables", None)
         if drop is not None and (tables is None or tables):
             drop(tables)
 

@@ -235,10 +235,10 @@ class StatementBatcher:
             return self._direct(stmt)
         shape, lits, strs = cut
         key = (shape, stmt.schema)
-        if is_insert(shape):
-            return self._insert(stmt, key, lits, strs)
         t = self._templates.get(key)
-        if t is None:
+        if t is None:  # an INSERT shape never has a template: the test waits until here
+            if is_insert(shape):
+                return self._insert(stmt, key, lits, strs)
             if self._first_seen(key):
                 return self._direct(stmt)
             self.stats["shapes"] += 1

@@ -204,7 +204,7 @@ class ProbeBatcher:
         self._waiting: dict[_Batch, None] = {}  # batches holding keys, oldest first
         # A statement names no table map: whether its SET list moves index entries, and
         # which entries an INSERT adds, take the table as the replica has it
-        # (learn_indexes). UPDATE statements on a table not looked up yet wait, by the
+        # (learn_table). UPDATE statements on a table not looked up yet wait, by the
         # columns they assign, to be counted then; INSERTs are not probed until then.
         self._tables: dict[tuple[str, str], TableKeys] = {}
         self._uncounted: dict[tuple[str, str], dict[frozenset[str], int]] = {}
@@ -258,17 +258,17 @@ class ProbeBatcher:
             self.moving += rows
 
     def described(self, schema: str, table: str) -> TableKeys | None:
-        """The table as the replica has it, or None: asked for (``unknown_indexes``)."""
+        """The table as the replica has it, or None: asked for (``unknown_tables``)."""
         found = self._tables.get((schema, table))
         if found is None:
             self._wanted.add((schema, table))
         return found
 
-    def unknown_indexes(self) -> list[tuple[str, str]]:
-        """The (schema, table)s that statements wait for ``learn_indexes`` on."""
+    def unknown_tables(self) -> list[tuple[str, str]]:
+        """The (schema, table)s that statements wait for ``learn_table`` on."""
         return list(self._wanted.union(self._uncounted))
 
-    def learn_indexes(self, schema: str, table: str, keys: TableKeys | None) -> None:
+    def learn_table(self, schema: str, table: str, keys: TableKeys | None) -> None:
         """The table as the replica has it (inserts.table_keys), or None: unknown.
         Unknown leaves its statements uncounted (the count errs towards trying) and
         asks again when a statement next needs it."""
@@ -282,7 +282,7 @@ class ProbeBatcher:
             if not keys.indexed.isdisjoint(sets):
                 self.moving += n
 
-    def forget_indexes(self, tables: Iterable[str] | None) -> None:
+    def forget_tables(self, tables: Iterable[str] | None) -> None:
         """A DDL changes these tables (qualified names; None: any): look them up again."""
         if tables is None:
             self._tables.clear()

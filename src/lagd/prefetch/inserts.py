@@ -41,6 +41,7 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, quote_ident
+from lagd.relaylog.schema import btree_indexes
 
 _MYSQL = sqlglot.Dialect.get_or_raise("mysql")
 # A shape sqlglot cannot parse is refused here, once per shape, with its reason in the
@@ -158,30 +159,22 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
     cols = list(columns)
     if not cols:
         return None
-    names = tuple(str(c["COLUMN_NAME"]).lower() for c in cols)
+    stat_rows = list(stats)
+    spelled = [str(c["COLUMN_NAME"]) for c in cols]
+    names = tuple(n.lower() for n in spelled)
     classes = tuple(_class(str(c.get("COLUMN_TYPE") or "")) for c in cols)
-    ordinal = {n: i for i, n in enumerate(names)}
-    grouped: dict[str, list[Mapping[str, Any]]] = {}
-    for r in stats:
-        grouped.setdefault(str(r["INDEX_NAME"]), []).append(r)
-    usable: dict[str, tuple[tuple[int, ...], bool]] = {}  # name -> (ordinals, unique)
-    indexed: set[str] = set()
-    for name, parts in grouped.items():
-        parts.sort(key=lambda p: int(p["SEQ_IN_INDEX"]))
-        part_names = [str(p["COLUMN_NAME"]).lower() for p in parts if p.get("COLUMN_NAME") is not None]
-        indexed.update(part_names)  # prefix, FULLTEXT and functional ones too: moved by an UPDATE
-        if (len(part_names) == len(parts) and all(n in ordinal for n in part_names)
-                and all(p.get("SUB_PART") is None for p in parts)
-                and str(parts[0].get("INDEX_TYPE") or "BTREE").upper() == "BTREE"):
-            usable[name] = (tuple(ordinal[n] for n in part_names), not int(parts[0]["NON_UNIQUE"]))
-    primary = usable["PRIMARY"][0] if "PRIMARY" in usable else ()
+    # Prefix, FULLTEXT and functional indexes too: an UPDATE of their columns moves an entry.
+    indexed = {str(r["COLUMN_NAME"]).lower() for r in stat_rows if r.get("COLUMN_NAME") is not None}
+    usable = [ix for ix in btree_indexes(stat_rows, {n: i for i, n in enumerate(spelled)})
+              if not any(p is not None for p in ix.prefix_lengths)]
+    primary = next((ix.columns for ix in usable if ix.primary), ())
     indexes = []
-    for name, (own, unique) in usable.items():
-        if not unique and not primary:
+    for ix in usable:
+        if not ix.unique and not primary:
             continue  # no entry to name: a probe would read every equal value
-        probed = own if unique else own + tuple(c for c in primary if c not in own)
+        probed = ix.columns if ix.unique else ix.columns + tuple(c for c in primary if c not in ix.columns)
         quoted = [quote_ident(names[c]) for c in probed]
-        indexes.append(KeyIndex(name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})"))
+        indexes.append(KeyIndex(ix.name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})"))
     return TableKeys(names, classes, tuple(indexes), frozenset(indexed))
 
 

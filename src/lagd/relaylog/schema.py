@@ -13,7 +13,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from lagd.mysql.charsets import codec_for_charset, codec_for_collation
@@ -82,6 +82,34 @@ class TableMapResolver:
 
 
 Connect = Callable[[], Any]  # returns a hardened PyMySQL connection with a read timeout
+
+
+def btree_indexes(stat_rows: Iterable[Mapping[str, Any]], ordinal: Mapping[str, int]) -> list[Index]:
+    """The B-tree indexes in information_schema.STATISTICS rows (ordered by index and
+    SEQ_IN_INDEX) over the columns ``ordinal`` numbers."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for r in stat_rows:
+        grouped.setdefault(str(r["INDEX_NAME"]), []).append(r)
+    indexes = []
+    for name, parts in grouped.items():
+        if any(p["COLUMN_NAME"] not in ordinal for p in parts):
+            continue  # functional index over a hidden expression: nothing to decode
+        if str(parts[0].get("INDEX_TYPE") or "BTREE").upper() != "BTREE":
+            # FULLTEXT, SPATIAL, MariaDB's long-unique HASH: a probe through
+            # them would scan the table instead of reading a few pages.
+            continue
+        indexes.append(
+            Index(
+                name,
+                tuple(ordinal[p["COLUMN_NAME"]] for p in parts),
+                unique=not int(parts[0]["NON_UNIQUE"]),
+                primary=name == "PRIMARY",
+                prefix_lengths=tuple(
+                    int(p["SUB_PART"]) if p["SUB_PART"] is not None else None for p in parts
+                ),
+            )
+        )
+    return indexes
 
 
 class InformationSchemaResolver(TableMapResolver):
@@ -215,29 +243,7 @@ class InformationSchemaResolver(TableMapResolver):
                 charset = codec_for_charset(r.get("CHARACTER_SET_NAME"))
             columns.append(Column(names[i], col.type_name, r.get("IS_NULLABLE") == "YES",
                                   unsigned, charset))
-        ordinal = {n: i for i, n in enumerate(names)}
-        grouped: dict[str, list[dict[str, Any]]] = {}
-        for r in stat_rows:
-            grouped.setdefault(str(r["INDEX_NAME"]), []).append(r)
-        indexes = []
-        for name, parts in grouped.items():
-            if any(p["COLUMN_NAME"] not in ordinal for p in parts):
-                continue  # functional index over a hidden expression: nothing to decode
-            if str(parts[0].get("INDEX_TYPE") or "BTREE").upper() != "BTREE":
-                # FULLTEXT, SPATIAL, MariaDB's long-unique HASH: a probe through
-                # them would scan the table instead of reading a few pages.
-                continue
-            indexes.append(
-                Index(
-                    name,
-                    tuple(ordinal[p["COLUMN_NAME"]] for p in parts),
-                    unique=not int(parts[0]["NON_UNIQUE"]),
-                    primary=name == "PRIMARY",
-                    prefix_lengths=tuple(
-                        int(p["SUB_PART"]) if p["SUB_PART"] is not None else None for p in parts
-                    ),
-                )
-            )
+        indexes = btree_indexes(stat_rows, {n: i for i, n in enumerate(names)})
         indexes.sort(key=lambda ix: (not ix.primary, not ix.unique, ix.name))
         key = next((ix for ix in indexes if ix.primary), None)
         if key is None:

@@ -238,7 +238,7 @@ class StatementBatcher:
         t = self._templates.get(key)
         if t is None:  # an INSERT shape never has a template: the test waits until here
             if is_insert(shape):
-                return self._insert(stmt, key, lits, strs)
+                return self._insert(key, lits, strs)
             if self._first_seen(key):
                 return self._direct(stmt)
             self.stats["shapes"] += 1
@@ -281,8 +281,8 @@ class StatementBatcher:
         self.stats["first_seen"] += 1
         return True
 
-    def _insert(self, stmt: Statement, key: tuple[str, str | None], lits: tuple[str, ...],
-                strs: tuple[bool, ...]) -> tuple[list[Probe], StatementRewrite | None]:
+    def _insert(self, key: tuple[str, str | None], lits: tuple[str, ...], strs: tuple[bool, ...]
+                ) -> tuple[list[Probe], StatementRewrite | None]:
         shape = self.inserts.known(key)
         if shape is None:
             if self._first_seen(key):

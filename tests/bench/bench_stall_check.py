@@ -8,7 +8,11 @@ reading / reads completed). Without prefetch nearly every buffer-pool read of
 a catch-up is the SQL thread's own, so the two should agree within the
 device-wide latency's spread (other processes share the disk).
 
-    .venv/bin/python -m tests.bench.bench_stall_check [--rows 300000] [--changes 80000]
+A second reference, exact rather than estimated: with ``--trace`` (root and
+Debian's linux-perf) the kernel's scheduler events of the SQL thread over the
+same span (``sched_trace``), split into the same states as stall.py.
+
+    .venv/bin/python -m tests.bench.bench_stall_check [--rows 300000] [--changes 80000] [--trace]
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 
 from lagd.prefetch import stall
 from lagd.sandbox.pair import Sandbox, SandboxConfig
+from tests.bench.sched_trace import PerfTrace, split
 from tests.integration.test_relaylog_sandbox import wait_received
 
 
@@ -46,7 +51,14 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=300_000)
     ap.add_argument("--changes", type=int, default=80_000)
+    ap.add_argument("--trace", action="store_true", help="also trace the SQL thread's scheduler events")
+    ap.add_argument("--keep-trace", type=Path, help="with --trace: write perf script's lines here")
+    ap.add_argument("--hz", type=float, default=50.0, help="stall.py's samples a second")
     args = ap.parse_args()
+    why = PerfTrace.unavailable() if args.trace else None
+    if why:
+        raise SystemExit(f"bench_stall_check: cannot trace: {why}")
+    trace: PerfTrace | None = None
     with Sandbox(SandboxConfig(replica_buffer_pool_mb=64, o_direct=True)) as sb:
         sb.source.query("CREATE DATABASE sc")
         sb.source.query("CREATE TABLE sc.big (id INT PRIMARY KEY, c CHAR(200) NOT NULL)")
@@ -67,15 +79,26 @@ def main() -> None:
         reads0, disk0 = pool_reads(sb), diskstats_for(datadir)
         mon = stall.StallMonitor()
         sb.start_sql_thread()
-        t0 = time.monotonic()
         tids: tuple[int, ...] = ()
         while not tids:
             tids = stall.applier_tids(sb.replica().query(stall.appliers_sql(mariadb=True)))
+        if args.trace:
+            # Both measure from when the trace is ready (perf takes a moment to start).
+            trace = PerfTrace(tids, Path(sb.replica().datadir).parent / "sched.data").__enter__()
+        t0 = time.monotonic()
         mon.set_threads(tids)
-        mon.start(hz=50)
+        mon.start(hz=args.hz)
         sb.wait_caught_up(timeout=300)
         mon.stop()
-        wall = time.monotonic() - t0
+        t1 = time.monotonic()
+        wall = t1 - t0
+        traced = None
+        if trace is not None:
+            trace.__exit__()
+            lines = trace.lines()
+            if args.keep_trace:
+                args.keep_trace.write_text("\n".join(lines) + "\n")
+            traced = split(lines, tids, t0, t1)
         reads1, disk1 = pool_reads(sb), diskstats_for(datadir)
     seconds = mon.totals()
     done, ms = disk1[0] - disk0[0], disk1[1] - disk0[1]
@@ -89,6 +112,22 @@ def main() -> None:
           " thread's time)")
     print(f"stall.py disk_read {seconds['disk_read']:.2f} s ({100 * seconds['disk_read'] / measured:.0f}%),"
           f" other_wait {seconds['other_wait']:.2f} s")
+    if traced is not None:
+        known = sum(traced.values()) - traced["unknown"]
+        print(f"kernel trace (threads {', '.join(map(str, tids))}): {known:.2f} s of the span known,"
+              f" {traced['unknown']:.2f} s before the first switch out or after the last"
+              f"{'; ' + trace.lost if trace is not None and trace.lost else ''}")
+        print("  stall.py                     | trace: off CPU by the state it left in,"
+              " with the wait for a core after")
+        rows = [("on_cpu", "on_cpu"), ("cpu_wait", "preempted"), ("disk_read", "read"),
+                ("flush_wait", "flush"), ("other_wait", "other")]
+        for ours, theirs in rows:
+            left, right = _share(seconds[ours], measured), _share(traced[theirs], known)
+            print(f"  {ours:11s} {left} | {theirs:9s} {right}")
+
+
+def _share(x: float, total: float) -> str:
+    return f"{x:6.2f} s {100 * x / total if total else 0:4.0f}%"
 
 
 if __name__ == "__main__":

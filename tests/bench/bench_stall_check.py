@@ -18,6 +18,7 @@ same span (``sched_trace``), split into the same states as stall.py.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import time
@@ -59,7 +60,8 @@ def main() -> None:
     if why:
         raise SystemExit(f"bench_stall_check: cannot trace: {why}")
     trace: PerfTrace | None = None
-    with Sandbox(SandboxConfig(replica_buffer_pool_mb=64, o_direct=True)) as sb:
+    with Sandbox(SandboxConfig(replica_buffer_pool_mb=64, o_direct=True)) as sb, \
+            contextlib.ExitStack() as tracing:  # perf stops on any way out
         sb.source.query("CREATE DATABASE sc")
         sb.source.query("CREATE TABLE sc.big (id INT PRIMARY KEY, c CHAR(200) NOT NULL)")
         sb.source.query(f"INSERT INTO sc.big SELECT seq, REPEAT('x', 200) FROM seq_1_to_{args.rows}", db="sc")
@@ -84,7 +86,7 @@ def main() -> None:
             tids = stall.applier_tids(sb.replica().query(stall.appliers_sql(mariadb=True)))
         if args.trace:
             # Both measure from when the trace is ready (perf takes a moment to start).
-            trace = PerfTrace(tids, Path(sb.replica().datadir).parent / "sched.data").__enter__()
+            trace = tracing.enter_context(PerfTrace(tids, Path(sb.replica().datadir).parent / "sched.data"))
         t0 = time.monotonic()
         mon.set_threads(tids)
         mon.start(hz=args.hz)
@@ -94,7 +96,7 @@ def main() -> None:
         wall = t1 - t0
         traced = None
         if trace is not None:
-            trace.__exit__()
+            tracing.close()
             lines = trace.lines()
             if args.keep_trace:
                 args.keep_trace.write_text("\n".join(lines) + "\n")

@@ -156,7 +156,7 @@ class PerfTrace:
         self.proc.send_signal(signal.SIGINT)
         self.proc.wait(60)
         err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
-        # "Processed N events and lost M chunks!": the split then has unknown time.
+        # "Processed N events and lost M chunks!": the split is then not exact.
         self.lost = next((ln.strip() for ln in err.splitlines() if "lost" in ln.lower()), None)
 
     def lines(self) -> list[str]:

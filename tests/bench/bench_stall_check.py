@@ -12,17 +12,26 @@ A second reference, exact rather than estimated: with ``--trace`` (root and
 Debian's linux-perf) the kernel's scheduler events of the SQL thread over the
 same span (``sched_trace``), split into the same states as stall.py.
 
-    .venv/bin/python -m tests.bench.bench_stall_check [--rows 300000] [--changes 80000] [--trace]
+With ``--prefetch`` lagd's prefetch engine probes the whole catch-up (the
+adaptive control off, as in the CPU measurements of docs/prefetch.md): the
+read share both measure should then fall.
+
+    .venv/bin/python -m tests.bench.bench_stall_check [--rows 300000] [--changes 80000] [--trace] [--prefetch]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import random
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from lagd.prefetch import stall
 from lagd.sandbox.pair import Sandbox, SandboxConfig
@@ -44,6 +53,30 @@ def diskstats_for(path: Path) -> tuple[float, float]:
     return float(f[3]), float(f[6])
 
 
+def start_engine(sb: Sandbox) -> subprocess.Popen[str]:
+    """lagd's prefetch engine on the replica, in its own process, probing whatever comes."""
+    d = sb.replica().dsn
+    spec = {"host": d.host, "port": d.port, "user": d.user, "password": d.password,
+            "index": str(sb.relay_log_index()), "pool_bytes": 64 << 20, "options": {"adaptive": False}}
+    child = subprocess.Popen([sys.executable, "-m", "tests.bench.prefetch_runner", json.dumps(spec)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        raise RuntimeError("the prefetch runner did not start")
+    return child
+
+
+def stop_engine(child: subprocess.Popen[str]) -> dict[str, Any]:
+    """SIGTERM, then the engine's snapshot (empty when it was stopped already)."""
+    if child.poll() is not None:
+        return {}
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=60)
+    last = out.strip().splitlines()[-1] if out.strip() else "{}"
+    result: dict[str, Any] = json.loads(last)
+    return result
+
+
 def pool_reads(sb: Sandbox) -> int:
     return int(sb.replica().query("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'")[0]["Value"])
 
@@ -54,6 +87,7 @@ def main() -> None:
     ap.add_argument("--changes", type=int, default=80_000)
     ap.add_argument("--trace", action="store_true", help="also trace the SQL thread's scheduler events")
     ap.add_argument("--keep-trace", type=Path, help="with --trace: write perf script's lines here")
+    ap.add_argument("--prefetch", action="store_true", help="lagd's prefetch engine probes the catch-up")
     ap.add_argument("--hz", type=float, default=50.0, help="stall.py's samples a second")
     args = ap.parse_args()
     why = PerfTrace.unavailable() if args.trace else None
@@ -80,6 +114,10 @@ def main() -> None:
         datadir = Path(sb.replica().datadir)
         reads0, disk0 = pool_reads(sb), diskstats_for(datadir)
         mon = stall.StallMonitor()
+        engine = start_engine(sb) if args.prefetch else None
+        engine_out: dict[str, Any] = {}
+        if engine is not None:
+            tracing.callback(lambda: engine_out.update(stop_engine(engine)))
         sb.start_sql_thread()
         tids: tuple[int, ...] = ()
         while not tids:
@@ -102,6 +140,10 @@ def main() -> None:
                 args.keep_trace.write_text("\n".join(lines) + "\n")
             traced = split(lines, tids, t0, t1)
         reads1, disk1 = pool_reads(sb), diskstats_for(datadir)
+        if engine is not None:
+            counters = engine_out.get("counters", {})
+            print(f"prefetch: {counters.get('probes_submitted')} probes, {counters.get('rows_probed')} keys,"
+                  f" {counters.get('in_time')} in time, {counters.get('late')} late")
     seconds = mon.totals()
     done, ms = disk1[0] - disk0[0], disk1[1] - disk0[1]
     latency = ms / done / 1000 if done else float("nan")

@@ -95,7 +95,7 @@ def main() -> None:
         raise SystemExit(f"bench_stall_check: cannot trace: {why}")
     trace: PerfTrace | None = None
     with Sandbox(SandboxConfig(replica_buffer_pool_mb=64, o_direct=True)) as sb, \
-            contextlib.ExitStack() as tracing:  # perf stops on any way out
+            contextlib.ExitStack() as helpers:  # perf and the engine stop on any way out
         sb.source.query("CREATE DATABASE sc")
         sb.source.query("CREATE TABLE sc.big (id INT PRIMARY KEY, c CHAR(200) NOT NULL)")
         sb.source.query(f"INSERT INTO sc.big SELECT seq, REPEAT('x', 200) FROM seq_1_to_{args.rows}", db="sc")
@@ -117,14 +117,14 @@ def main() -> None:
         engine = start_engine(sb) if args.prefetch else None
         engine_out: dict[str, Any] = {}
         if engine is not None:
-            tracing.callback(lambda: engine_out.update(stop_engine(engine)))
+            helpers.callback(lambda: engine_out.update(stop_engine(engine)))
         sb.start_sql_thread()
         tids: tuple[int, ...] = ()
         while not tids:
             tids = stall.applier_tids(sb.replica().query(stall.appliers_sql(mariadb=True)))
         if args.trace:
             # Both measure from when the trace is ready (perf takes a moment to start).
-            trace = tracing.enter_context(PerfTrace(tids, Path(sb.replica().datadir).parent / "sched.data"))
+            trace = helpers.enter_context(PerfTrace(tids, Path(sb.replica().datadir).parent / "sched.data"))
         t0 = time.monotonic()
         mon.set_threads(tids)
         mon.start(hz=args.hz)
@@ -133,8 +133,8 @@ def main() -> None:
         t1 = time.monotonic()
         wall = t1 - t0
         traced = None
+        helpers.close()  # the span is over: perf and the engine stop here
         if trace is not None:
-            tracing.close()
             lines = trace.lines()
             if args.keep_trace:
                 args.keep_trace.write_text("\n".join(lines) + "\n")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+
 import pytest
 
 from lagd.prefetch import stall
@@ -173,3 +176,32 @@ def test_verdict_for_parallel_workers(seconds: dict[str, float], threads: int, k
     v = verdict(seconds, running=True, threads=threads)
     assert (v.kind, v.prefetch_can_help) == (kind, helps)
     assert words in v.text
+
+
+def test_the_sampler_thread_yields_to_the_server_and_the_rest_of_lagd_does_not() -> None:
+    """Its own thread at SAMPLER_NICE (the SQL thread first when a read completes);
+    the caller's priority stays as it was."""
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    sampled = threading.Event()
+    mon = StallMonitor(read=lambda path: (sampled.set(), "cpu 1 0 1 1 0 0 0 0")[1])
+    mon.set_threads([])
+    mon.start(hz=200)
+    try:
+        assert sampled.wait(5)
+        assert mon._thread is not None and mon._thread.native_id is not None
+        assert os.getpriority(os.PRIO_PROCESS, mon._thread.native_id) == stall.SAMPLER_NICE
+    finally:
+        mon.stop()
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
+
+
+def test_a_refused_priority_is_said_once_and_sampling_goes_on(monkeypatch, caplog) -> None:
+    def refuse(*_args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+    monkeypatch.setattr(stall.os, "setpriority", refuse)
+    monkeypatch.setattr(stall, "_nice_refused", [])
+    with caplog.at_level("INFO", logger="lagd.prefetch.stall"):
+        stall._yield_to_the_server()
+        stall._yield_to_the_server()
+    said = [r.getMessage() for r in caplog.records if "lower its priority" in r.getMessage()]
+    assert len(said) == 1 and "setpriority" in said[0]

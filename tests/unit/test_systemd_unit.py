@@ -135,3 +135,11 @@ def test_example_config_uses_the_units_credential() -> None:
     name = directives("Service")["LoadCredential"][0].partition(":")[0]
     example = load_settings(ROOT / "config" / "lagd.toml")
     assert example.replica.password_credential == name
+
+
+def test_only_setpriority_of_the_resource_calls_is_allowed() -> None:
+    """The stall sampler lowers its own thread's priority (prefetch/stall.py SAMPLER_NICE);
+    every other resource-tuning call stays filtered."""
+    filters = directives("Service")["SystemCallFilter"]
+    assert "~@privileged @resources" in filters
+    assert filters[-1] == "setpriority"

@@ -32,10 +32,8 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-# A D wait whose kernel stack passes one of these is a flush (fsync, a log write
-# waited for), not a page read.
-_FLUSH_FRAMES = ("fsync", "sync_file_range", "file_write_and_wait", "jbd2", "blkdev_issue_flush",
-                 "submit_bio_wait", "filemap_fdatawait")
+from lagd.prefetch.stall import FLUSH_WAITS
+
 _EVENT = re.compile(
     r"^\s*\S.*?\s+(\d+)\s+\[\d+\]\s+([\d.]+):\s+sched:(sched_switch|sched_stat_runtime):\s+(.*)$")
 _FIELD = re.compile(r"(\w+)=(\S+)")
@@ -64,7 +62,8 @@ def _events(lines: Iterable[str]) -> Iterator[tuple[float, str, dict[str, str], 
 def off_state(prev_state: str, stack: list[str]) -> str:
     """What a switch out was, from its state and kernel stack."""
     if prev_state.startswith("D"):
-        return "flush" if any(x in fr for fr in stack for x in _FLUSH_FRAMES) else "read"
+        # stall.py's rule for a wchan, over every frame: a flush, else a page read.
+        return "flush" if any(x in fr for fr in stack for x in FLUSH_WAITS) else "read"
     if prev_state.startswith("R"):
         return "preempted"
     return "other"

@@ -77,11 +77,12 @@ def sampling_hz(threads: int, budget: float = THREAD_SAMPLES_PER_S, wish: float 
 
 
 _TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
-# Where a thread blocked in D sleeps when it waits for data or metadata to be
-# written, not read (fsync of the redo log at commit, page write-back).
 _MIX_DECAY = 0.98  # per sample: at 50 Hz the wait mix of about the last second
-_FLUSH_WCHAN = ("fsync", "sync_file", "write_and_wait", "writeback", "jbd2", "issue_flush",
-                "log_wait_commit", "wait_transaction")
+# Where a thread blocked in D sleeps when it waits for data or metadata to be
+# written, not read (fsync of the redo log at commit, page write-back): parts of
+# the kernel function names in its wchan (tests/bench/sched_trace.py: in its stack).
+FLUSH_WAITS = ("fsync", "sync_file", "write_and_wait", "writeback", "jbd2", "issue_flush",
+               "log_wait_commit", "wait_transaction")
 
 # The sampler thread's nice value. At the priority of the rest of lagd it woke,
 # took a core and kept the SQL thread waiting when its read completed, and then
@@ -198,7 +199,7 @@ def off_state(prev: ThreadSample, cur: ThreadSample) -> str | None:
         return None
     if cur.state == "D":
         read = cur.read_bytes is not None and prev.read_bytes is not None and cur.read_bytes > prev.read_bytes
-        if cur.wchan and any(w in cur.wchan for w in _FLUSH_WCHAN) and not read:
+        if cur.wchan and any(w in cur.wchan for w in FLUSH_WAITS) and not read:
             return "flush_wait"
         return "disk_read"
     return "other_wait"

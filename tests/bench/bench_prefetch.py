@@ -46,7 +46,7 @@ from lagd.mysql.progress import history_length, history_length_sql
 from lagd.relaylog import LogFiles, RelayLogReader, TableMapResolver, TransactionEnd, TransactionStart
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from lagd.sandbox.server import default_cache_dir, free_port
-from tests.bench import prefetch_setup
+from tests.bench import prefetch_runner, prefetch_setup
 
 MODES = {
     # name: (buffer pool, parallel threads, lagd prefetching, warm the pool first)
@@ -209,11 +209,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         spec = {"host": rep.dsn.host, "port": rep.dsn.port, "user": rep.dsn.user,
                 "password": rep.dsn.password, "index": str(sb.relay_log_index()),
                 "pool_bytes": POOL_BYTES[pool], "options": PF_OPTIONS, "nice": NICE[0]}
-        child = subprocess.Popen([sys.executable, "-m", "tests.bench.prefetch_runner", json.dumps(spec)],
-                                 stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None
-        if child.stdout.readline().strip() != "ready":
-            raise RuntimeError("the prefetch runner did not start")
+        child = prefetch_runner.start(spec)
         cpu0 = _cpu_seconds(child.pid)
     st = rep.query("SHOW SLAVE STATUS")[0]
     target = int(st["Read_Master_Log_Pos"])
@@ -287,10 +283,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         snap = daemon.finish()
     if child is not None:
         cpu = _cpu_seconds(child.pid) - cpu0
-        child.send_signal(signal.SIGTERM)
-        out, _ = child.communicate(timeout=30)
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        snap = json.loads(lines[-1]) if lines else None
+        snap = prefetch_runner.stop(child)
     progress.append((round(seconds, 2), len(ends)))
     return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io, progress,
                history, purged, waits.deltas if waits is not None else None)

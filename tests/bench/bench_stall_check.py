@@ -23,18 +23,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from lagd.prefetch import stall
 from lagd.sandbox.pair import Sandbox, SandboxConfig
+from tests.bench import prefetch_runner
 from tests.bench.sched_trace import PerfTrace, split
 from tests.integration.test_relaylog_sandbox import wait_received
 
@@ -56,25 +54,9 @@ def diskstats_for(path: Path) -> tuple[float, float]:
 def start_engine(sb: Sandbox) -> subprocess.Popen[str]:
     """lagd's prefetch engine on the replica, in its own process, probing whatever comes."""
     d = sb.replica().dsn
-    spec = {"host": d.host, "port": d.port, "user": d.user, "password": d.password,
-            "index": str(sb.relay_log_index()), "pool_bytes": 64 << 20, "options": {"adaptive": False}}
-    child = subprocess.Popen([sys.executable, "-m", "tests.bench.prefetch_runner", json.dumps(spec)],
-                             stdout=subprocess.PIPE, text=True)
-    assert child.stdout is not None
-    if child.stdout.readline().strip() != "ready":
-        raise RuntimeError("the prefetch runner did not start")
-    return child
-
-
-def stop_engine(child: subprocess.Popen[str]) -> dict[str, Any]:
-    """SIGTERM, then the engine's snapshot (empty when it was stopped already)."""
-    if child.poll() is not None:
-        return {}
-    child.send_signal(signal.SIGTERM)
-    out, _ = child.communicate(timeout=60)
-    last = out.strip().splitlines()[-1] if out.strip() else "{}"
-    result: dict[str, Any] = json.loads(last)
-    return result
+    return prefetch_runner.start({"host": d.host, "port": d.port, "user": d.user, "password": d.password,
+                                  "index": str(sb.relay_log_index()), "pool_bytes": 64 << 20,
+                                  "options": {"adaptive": False}})
 
 
 def pool_reads(sb: Sandbox) -> int:
@@ -117,7 +99,7 @@ def main() -> None:
         engine = start_engine(sb) if args.prefetch else None
         engine_out: dict[str, Any] = {}
         if engine is not None:
-            helpers.callback(lambda: engine_out.update(stop_engine(engine)))
+            helpers.callback(lambda: engine_out.update(prefetch_runner.stop(engine) or {}))
         sb.start_sql_thread()
         tids: tuple[int, ...] = ()
         while not tids:

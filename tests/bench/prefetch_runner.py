@@ -17,10 +17,12 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from lagd.daemon.main import tune_gc
 from lagd.mysql.endpoint import Endpoint
@@ -55,6 +57,25 @@ def thread_cpu() -> dict[str, tuple[float, float]]:
         user, system = out.get(t.name, (0.0, 0.0))
         out[t.name] = (user + int(fields[11]) / tick, system + int(fields[12]) / tick)
     return out
+
+
+def start(spec: dict[str, Any]) -> subprocess.Popen[str]:
+    """This runner in a child process, once it says it is ready."""
+    child = subprocess.Popen([sys.executable, "-m", "tests.bench.prefetch_runner", json.dumps(spec)],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "ready":
+        raise RuntimeError("the prefetch runner did not start")
+    return child
+
+
+def stop(child: subprocess.Popen[str]) -> dict[str, Any] | None:
+    """SIGTERM, then the engine's snapshot (the last JSON line; None without one)."""
+    child.send_signal(signal.SIGTERM)
+    out, _ = child.communicate(timeout=30)
+    lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+    snap: dict[str, Any] | None = json.loads(lines[-1]) if lines else None
+    return snap
 
 
 async def main(spec: dict) -> None:

@@ -256,3 +256,21 @@ def test_parallel_workers_line_names_them_and_their_idle_time() -> None:
                        "prefetch_can_help": v.prefetch_can_help},
                       measured=True, note=None, fresh=True, gate=None)
     assert view.summary.endswith("; 1.1 of them on disk reads on average (last 10 s): prefetch can help")
+
+
+@pytest.mark.parametrize(("gate", "ends"), [
+    (None, "prefetch can help"),  # no gate (adaptive off): the split alone
+    ((True, "SQL thread 41% waiting on disk reads, 1.3 idle cores: prefetching"), "prefetch can help"),
+    # the gate keeps prefetch out: "can help" would say the opposite of what lagd does
+    ((False, "100% of the row changes ahead are UPDATEs that move an index entry ...: backing off for 120 s"),
+     "prefetch held off, see prefetch"),
+    ((False, "measuring the SQL thread before prefetching"), "prefetch held off, see prefetch"),
+])
+def test_the_summary_does_not_promise_prefetch_the_gate_holds_off(gate: tuple[bool, str] | None,
+                                                                   ends: str) -> None:
+    snap = {"seconds": {"on_cpu": 3.3, "disk_read": 4.1}, "recent": {"on_cpu": 3.3, "disk_read": 4.1},
+            "threads": [4242], "headroom_cores": 1.3, "verdict": "reads",
+            "text": "SQL thread 55% waiting on disk reads: prefetch can help", "prefetch_can_help": True}
+    v = stall_view(snap, measured=True, note=None, fresh=True, gate=gate)
+    assert v.summary.endswith(f"(last 10 s): {ends}"), v.summary
+    assert v.prefetch_can_help  # the split's own verdict stays in /status

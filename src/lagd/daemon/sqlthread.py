@@ -72,11 +72,14 @@ def foreign_threads(tids: Iterable[int], read: Callable[[str], str]) -> str | No
 
 
 def summary(shares: Mapping[str, float] | None, kind: str, text: str, can_help: bool,
-            headroom: float | None, note: str | None, span: float = SPAN, threads: int = 1) -> str:
+            headroom: float | None, note: str | None, span: float = SPAN, threads: int = 1,
+            held_off: bool = False) -> str:
     """One line for lagctl status: the split's biggest parts and what they mean for prefetch.
 
     Parallel workers' idle time (waiting for work or their turn to commit) is
     the same sleep as a lock wait in /proc; it is named for what it mostly is.
+    ``held_off``: the gate keeps prefetch out (measuring, or probes did not pay on
+    these changes): the split alone would say "can help", which lagd is not doing.
     """
     if note is not None:
         return f"SQL thread: not measured: {note}"
@@ -88,9 +91,10 @@ def summary(shares: Mapping[str, float] | None, kind: str, text: str, can_help: 
     if threads > 1 and kind == "reads":  # a small share of eight threads' time can be one always reading
         split += f"; {shares['disk_read'] * threads:.1f} of them on disk reads on average"
     if kind == "reads":
-        why = "prefetch can help" if can_help else (
+        why = ("prefetch held off, see prefetch" if can_help and held_off else
+               "prefetch can help" if can_help else (
             f"no CPU to spare ({headroom:.1f} idle cores): prefetch would slow it down"
-            if headroom is not None else "prefetch would slow it down")
+            if headroom is not None else "prefetch would slow it down"))
     elif kind == "cpu":
         why = "CPU-bound, prefetch cannot help"
     elif kind == "flush":
@@ -124,7 +128,8 @@ def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fre
         spare_cores=float(headroom) if headroom is not None else None,
         threads=threads, threads_note=note,
         gate_open=gate[0] if gate else None, gate_reason=gate[1] if gate else None,
-        summary=summary(shares, kind, text, can_help, headroom, note, span, len(threads)),
+        summary=summary(shares, kind, text, can_help, headroom, note, span, len(threads),
+                        held_off=gate is not None and not gate[0]),
         purge_history=int(snap["purge_history"]) if snap.get("purge_history") is not None else None)
 
 

@@ -461,3 +461,17 @@ def test_sql_thread_line_without_the_daemon() -> None:
 
 def as_json_part(view: StallView) -> Any:
     return json.loads(json.dumps(_plain(view)))
+
+
+@pytest.mark.parametrize(("note", "shown"), [
+    (None, False),
+    ("15 probe sessions of the 32 configured: 120 of max_connections 151 in use by other clients,"
+     " 16 kept free for them", True),
+])
+def test_fewer_probe_connections_than_configured_are_said_with_why(note: str | None, shown: bool) -> None:
+    doc = load("lagging")
+    doc["prefetch"]["connections_note"] = note
+    origin = Origin("daemon", "http://127.0.0.1:9904")
+    code, line = verdict(doc, 60, 300)
+    text = render_plain(screen_rows(doc, origin), origin, code, line)
+    assert ("fewer connections: 15 probe sessions of the 32 configured" in text) is shown

@@ -418,6 +418,8 @@ def _prefetch_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:
             f"{_secs(_num(p.get('lead_seconds')))} (target {_count(p.get('target_transactions'))}); "
             f"{_count(p.get('connections'))} connections")
     rows.append(Row("", lead))
+    if p.get("connections_note"):
+        rows.append(Row("", f"fewer connections: {p['connections_note']}", "warn"))
     c = _map(p.get("counters"))
     in_time, late = _num(c.get("in_time")) or 0, _num(c.get("late")) or 0
     if in_time + late:

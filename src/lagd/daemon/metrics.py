@@ -330,7 +330,9 @@ def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
         ("lead_pages", "lagd_prefetch_lead_pages", "Pages probes are bringing in ahead of the SQL thread."),
         ("target_transactions", "lagd_prefetch_target_lead_transactions",
          "The lead, in transactions, the controller aims for."),
-        ("connections", "lagd_prefetch_connections", "Probe connections in use."),
+        ("connections", "lagd_prefetch_connections",
+         "Probe sessions lagd may hold: as configured, or fewer where the replica's free connection slots"
+         " bind."),
         ("benefit", "lagd_prefetch_benefit_ratio",
          "Apply rate with prefetch / without, last measured; absent until measured."),
     ):
@@ -338,7 +340,9 @@ def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
         _add(g, [], getattr(p, attr, None))
         families.append(g)
     for key, name, doc in (("busy", "lagd_prefetch_probes_running", "Probes running now."),
-                           ("queued", "lagd_prefetch_probes_queued", "Probes waiting for a connection.")):
+                           ("queued", "lagd_prefetch_probes_queued", "Probes waiting for a connection."),
+                           ("open", "lagd_prefetch_connections_open",
+                            "Probe sessions connected now (closed after 30 s without a probe).")):
         g = _gauge(name, doc)
         _add(g, [], pool.get(key))
         families.append(g)

@@ -16,6 +16,7 @@ import pymysql.err
 from lagd.errors import LagdError
 
 # Server codes (ER_*) and client codes (CR_*) lagd reacts to.
+ER_CON_COUNT_ERROR: Final = 1040  # max_connections reached
 ER_DBACCESS_DENIED: Final = 1044
 ER_ACCESS_DENIED: Final = 1045
 ER_BAD_DB: Final = 1049
@@ -27,6 +28,8 @@ ER_TABLEACCESS_DENIED: Final = 1142
 ER_NO_SUCH_TABLE: Final = 1146
 ER_ABORTED_CONNECTION: Final = 1152
 ER_KEY_DOES_NOT_EXIST: Final = 1176
+ER_TOO_MANY_USER_CONNECTIONS: Final = 1203  # the global max_user_connections
+ER_USER_LIMIT_REACHED: Final = 1226  # the account's MAX_USER_CONNECTIONS (and other resource limits)
 ER_LOCK_WAIT_TIMEOUT: Final = 1205
 ER_SPECIFIC_ACCESS_DENIED: Final = 1227
 ER_OPTION_PREVENTS_STATEMENT: Final = 1290  # --read-only / --super-read-only
@@ -49,6 +52,7 @@ class Kind(enum.StrEnum):
     TIMEOUT = "timeout"  # our own statement or lock-wait timeout ended a statement
     SCHEMA = "schema"  # no such table, column or index (DDL moved under us)
     READ_ONLY = "read_only"  # a write refused by read_only/super_read_only
+    FULL = "full"  # no connection slot left: max_connections or the account's limit
     OTHER = "other"
 
 
@@ -65,6 +69,7 @@ _BY_CODE: Final = {
     ER_BAD_DB: Kind.SCHEMA, ER_NO_SUCH_TABLE: Kind.SCHEMA, ER_BAD_FIELD: Kind.SCHEMA,
     ER_KEY_DOES_NOT_EXIST: Kind.SCHEMA,
     ER_OPTION_PREVENTS_STATEMENT: Kind.READ_ONLY,
+    ER_CON_COUNT_ERROR: Kind.FULL, ER_TOO_MANY_USER_CONNECTIONS: Kind.FULL, ER_USER_LIMIT_REACHED: Kind.FULL,
 }
 
 # The kinds after which a session cannot be trusted (and is reopened).
@@ -80,6 +85,9 @@ def default_fix(kind: Kind, role: str = "replica") -> str | None:
                 "the account needs a host part matching this client")
     if kind is Kind.DENIED:
         return "grant the lagd account what docs/install.md lists (lagctl doctor shows what is missing)"
+    if kind is Kind.FULL:
+        return (f"the {role} has no connection slot left: raise its max_connections (or the lagd account's"
+                " MAX_USER_CONNECTIONS), or lower prefetch.connections; lagd retries")
     if kind is Kind.LOST:
         return ("none needed if the server was restarting: lagd reconnects by itself; "
                 "check the server if it lasts")

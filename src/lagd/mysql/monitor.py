@@ -28,6 +28,7 @@ from lagd.mysql.errors import DatabaseError, Kind, is_database_error, translate
 from lagd.mysql.faultlog import FailureLog
 from lagd.mysql.progress import ApplierTrx, applier_trx, applier_trx_sql, history_length, history_length_sql
 from lagd.mysql.replica import ReplicaStatus, ServerFlavor, parse_replica_status
+from lagd.mysql.slots import LIMITS_SQL, OWN_SQL, Slots, parse_slots
 
 log = logging.getLogger("lagd.mysql.monitor")
 
@@ -215,6 +216,19 @@ class ReplicaMonitor:
         """InnoDB's purge history length (:func:`lagd.mysql.progress.history_length`);
         raises DatabaseError when it cannot be asked (without PROCESS: access denied)."""
         return history_length(await self._flavored(history_length_sql))
+
+    async def connection_slots(self) -> Slots | None:
+        """The replica's connection limits and use (:mod:`lagd.mysql.slots`); None when they
+        cannot be read. Raises DatabaseError when the server cannot be asked at all."""
+        limits = await self.query(LIMITS_SQL)
+        connected = (await self.global_status("Threads_connected")).get("Threads_connected")
+        try:
+            own: list[dict[str, Any]] | None = await self.query(OWN_SQL)
+        except DatabaseError as e:
+            if e.broken:
+                raise
+            own = None  # no PROCESSLIST table (a later MySQL): lagd's own sessions are not counted
+        return parse_slots(limits, connected, own)
 
     async def global_status(self, *names: str) -> dict[str, int]:
         """Counters from SHOW GLOBAL STATUS (missing ones are left out)."""

@@ -15,7 +15,12 @@ by a share of the buffer pool as well as by transactions, bytes and seconds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lagd.mysql.slots import Slots
 
 PAGE_BYTES = 16384
 
@@ -221,6 +226,57 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
         return replace(state, off_windows_left=1, enabled=False,
                        reason=why + "; next window runs without prefetch to compare")
     return state
+
+
+# ----- connection slots: the replica's other clients come first ----------------------
+
+# Probe sessions take connection slots the replica's own clients may need: at
+# max_connections the server refuses the next connection, an application's as
+# readily as lagd's. lagd leaves this share of max_connections (at least
+# RESERVE_MIN) free over what the other clients use now, and holds no more
+# probe sessions than that leaves. Fewer sessions cost little: update_pk caught
+# up 1.97x with 8 and 1.90x with 32 (benchmarks.md, 2026-11-25).
+RESERVE_SHARE = 0.1
+RESERVE_MIN = 10
+# Under the account's MAX_USER_CONNECTIONS: sessions lagd must still be able to
+# open (its status session's and the cursor's reconnects) ...
+OWN_SPARE = 2
+# ... and its other sessions on the replica, where they cannot be counted (status,
+# the cursor's table lookups, the applier-thread lookups, the advisor's).
+OWN_GUESS = 4
+SLOTS_EVERY = 5.0  # seconds between two readings while probe sessions may be open
+# Probe sessions with nothing to do this long are closed: a gate holding prefetch
+# out for minutes (update_k: 120-600 s) would otherwise keep them all open.
+IDLE_SESSIONS_SECONDS = 30.0
+
+
+def connection_budget(wanted: int, slots: Slots | None, probe_open: int) -> tuple[int, str]:
+    """How many probe sessions lagd may hold now, and why. Pure.
+
+    ``slots``: the replica's reading (None: not known: ``wanted``, as configured);
+    ``probe_open``: lagd's probe sessions open when it was taken, counted in it.
+    """
+    if slots is None:
+        return wanted, "the replica's connection limits are not known"
+    most = slots.max_connections
+    others = max(0, slots.connected - probe_open)  # lagd's other sessions among them
+    reserve = max(RESERVE_MIN, math.ceil(RESERVE_SHARE * most))
+    by_server = most - others - reserve
+    n = min(wanted, max(0, by_server))
+    why = (f"{others} of max_connections {most} in use by other clients, {reserve} kept free for them")
+    if slots.user_limit is not None:
+        mine = max(0, slots.own - probe_open) if slots.own is not None else OWN_GUESS
+        by_user = slots.user_limit - mine - OWN_SPARE
+        if by_user < n:
+            n = max(0, by_user)
+            counted = "" if slots.own is not None else " (not countable here: assumed)"
+            why = (f"lagd's account may hold {slots.user_limit} sessions (max_user_connections):"
+                   f" {mine} are its other sessions{counted}, {OWN_SPARE} kept for its reconnects")
+    if n == wanted:
+        return n, f"{n} probe sessions ({why})"
+    if n == 0:
+        return 0, f"no probe session: {why}"
+    return n, f"{n} probe sessions of the {wanted} configured: {why}"
 
 
 # ----- the fast gate: the SQL thread's own time split (prefetch/stall.py) --------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lagd.lag_rates import DecayingRate
-from lagd.mysql.errors import Kind, kind_of
+from lagd.mysql.errors import CONNECTION_KINDS, Kind, kind_of
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control, stall
 from lagd.prefetch.inserts import table_keys
@@ -103,6 +103,8 @@ class PrefetchSnapshot:
     probe_latency_avg: float | None
     cursor: str | None
     pool: dict[str, Any]
+    # Why fewer probe sessions than configured (the replica's free connection slots), or None.
+    connections_note: str | None = None
 
 
 _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
@@ -197,6 +199,13 @@ class PrefetchEngine:
         self._try_from: tuple[int, int] | None = None
         self._history_at = 0.0
         self._history_readable = True
+        # Probe sessions the replica's free connection slots allow (control.connection_budget);
+        # None: not read yet, the configured number holds. Read every SLOTS_EVERY seconds
+        # while probes may run or sessions are open.
+        self.slots_cap: int | None = None
+        self.slots_reason = "the replica's connection limits are not read yet"
+        self._slots_at: float | None = None
+        self._slots_failed = False
 
     # ----- accounting ---------------------------------------------------
 
@@ -536,6 +545,7 @@ class PrefetchEngine:
         next_check = self._clock() + 1.0
         last_quick = 0.0
         await self._start_window()
+        await self._check_slots(self._clock())  # before any probe session opens
         self._checked_rows, self._checked_reads = self.counters.rows_done, self._win["reads"]
         next_gate = self._clock() + 1.0
         if self.stall is not None and self._stall_own:
@@ -570,6 +580,7 @@ class PrefetchEngine:
                         # them, and a server the gate keeps prefetch out of is left alone.
                         await self._read_history()
                     self._gate_check()
+                    await self._check_slots(now)
                     next_gate = now + 1.0
                 if delay > 0:
                     # Until the next status (the SQL thread may have moved) or the delay.
@@ -653,7 +664,48 @@ class PrefetchEngine:
 
     @property
     def _enabled(self) -> bool:
-        return self.ctl.enabled and self.gate_state.open
+        return self.ctl.enabled and self.gate_state.open and self.slots_cap != 0
+
+    def _pool_size(self) -> int:
+        """The controller's number of sessions, within what the replica's slots allow."""
+        return self.ctl.connections if self.slots_cap is None else min(self.ctl.connections, self.slots_cap)
+
+    def _slots_binding(self) -> tuple[bool, bool]:
+        """(the slots cap the sessions, to none)."""
+        cap = self.slots_cap
+        return (cap is not None and cap < self.ctl.connections, cap == 0)
+
+    async def _check_slots(self, now: float) -> None:
+        """Every SLOTS_EVERY seconds while probes may run or sessions are open: fit the
+        probe sessions to the replica's free connection slots, and close them all after
+        IDLE_SESSIONS_SECONDS without a probe."""
+        pool = self.pool
+        if pool.open and not pool.busy and not pool.queued and \
+                time.monotonic() - pool.last_used >= control.IDLE_SESSIONS_SECONDS:
+            await pool.close_idle()
+        wanted = self._fast_polls() or pool.open > 0 or self._slots_at is None
+        if not wanted or (self._slots_at is not None and now - self._slots_at < control.SLOTS_EVERY):
+            return
+        self._slots_at = now
+        probe_open = pool.open
+        try:
+            slots = await self.monitor.connection_slots()
+        except Exception as e:
+            # The cap stays as it was: lifting it on a failed reading could take the slots
+            # it kept free. A lost session is the monitor's to report, once.
+            if not self._slots_failed and kind_of(e) not in CONNECTION_KINDS:
+                log.info("cannot read the replica's connection slots (%s): the probe sessions stay"
+                         " at %d", e, pool.size)
+            self._slots_failed = True
+            return
+        self._slots_failed = False
+        binds = self._slots_binding()
+        cap, self.slots_reason = control.connection_budget(self.ctl.connections, slots, probe_open)
+        self.slots_cap = None if slots is None else cap
+        if self._slots_binding() != binds:
+            log.info("prefetch: %s", self.slots_reason)  # the cap starts or stops binding: once each way
+        if self._pool_size() != pool.size:
+            await pool.resize(self._pool_size())
 
     def _gate_check(self) -> None:
         """Every second: what the SQL thread's time says about prefetching now."""
@@ -827,8 +879,8 @@ class PrefetchEngine:
                 else self._windows_since_compare + 1
             if self.ctl.reason != before.reason:
                 log.info("prefetch control: %s", self.ctl.reason)
-            if self.ctl.connections != self.pool.size:
-                await self.pool.resize(self.ctl.connections)
+            if self._pool_size() != self.pool.size:
+                await self.pool.resize(self._pool_size())
         await self._start_window()
 
     def snapshot(self) -> PrefetchSnapshot:
@@ -837,7 +889,8 @@ class PrefetchEngine:
         c = self.counters
         pc = self.pool.counters
         state = "backed_off" if not self._enabled and self.state == "active" else self.state
-        why_off = self.ctl.reason if not self.ctl.enabled else self.gate_state.reason
+        why_off = (self.ctl.reason if not self.ctl.enabled else
+                   self.slots_reason if self.slots_cap == 0 else self.gate_state.reason)
         return PrefetchSnapshot(
             state=state, reason=why_off if state == "backed_off" else self.reason,
             counters={**{k: getattr(c, k) for k in _COUNTER_FIELDS if k != "skipped"},
@@ -852,7 +905,8 @@ class PrefetchEngine:
                   "failed": pc.failed,
                   "timed_out": pc.timed_out, "refused": pc.refused, "rows_found": pc.rows_found,
                   "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
-                  "last_error": self.pool.last_error},
+                  "open": self.pool.open, "last_error": self.pool.last_error},
+            connections_note=self.slots_reason if self._slots_binding()[0] else None,
         )
 
     def stall_snapshot(self) -> dict[str, Any] | None:

@@ -126,8 +126,11 @@ class ProbePool:
         self._workers: list[asyncio.Task[None]] = []
         self.counters = PoolCounters()
         self.busy = 0
+        self.open = 0  # sessions connected now (connection_budget counts them as lagd's)
+        self.last_used = time.monotonic()  # when a probe last finished
         self.last_error: str | None = None
         self._connect_failing = False
+        self._started = False
 
     @property
     def queued(self) -> int:
@@ -166,25 +169,50 @@ class ProbePool:
         return dropped
 
     def start(self) -> None:
-        self._workers = [asyncio.create_task(self._worker(i), name=f"probe-{i}")
-                         for i in range(self.size)]
+        self._started = True
+        self._add_workers()
+
+    def _add_workers(self) -> None:
+        self._workers += [asyncio.create_task(self._worker(i), name=f"probe-{i}")
+                          for i in range(len(self._workers), self.size)]
 
     async def resize(self, size: int) -> None:
-        """Change the number of connections (the controller tunes it)."""
+        """Change the number of sessions (the controller tunes it, the replica's free
+        connection slots bound it). New workers connect at their first probe; the
+        ones let go close their sessions (a probe in flight is abandoned: its
+        server-side timeout ends it). At 0 the queued probes are dropped."""
         if size == self.size:
             return
-        await self.close()
         self.size = size
-        self.start()
+        gone, self._workers = self._workers[size:], self._workers[:size]
+        await self._cancel(gone)
+        if self._started:
+            self._add_workers()
+        if size == 0:
+            self.drop_queued()
+
+    async def close_idle(self) -> None:
+        """Close every session while there is nothing to probe; the workers stay, and
+        connect again at their next probe."""
+        await self._cancel(self._workers)
+        self._workers = []
+        self.drop_queued()
+        if self._started:
+            self._add_workers()
 
     async def close(self) -> None:
         """Cancel the workers; a probe in flight is abandoned (its server-side
         timeout ends it), queued probes are dropped."""
-        for t in self._workers:
-            t.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._started = False
+        await self._cancel(self._workers)
         self._workers = []
         self.drop_queued()
+
+    @staticmethod
+    async def _cancel(workers: list[asyncio.Task[None]]) -> None:
+        for t in workers:
+            t.cancel()
+        await asyncio.gather(*workers, return_exceptions=True)
 
     async def open_session(self) -> Any:
         """One probe session, set up as the module doc says (no deadline: the caller's)."""
@@ -204,6 +232,7 @@ class ProbePool:
             try:
                 conn = await asyncio.wait_for(self.open_session(), self._connect_deadline)
                 self.counters.connected += 1
+                self.open += 1
                 self._connect_failing = False
                 return conn
             except asyncio.CancelledError:
@@ -215,7 +244,9 @@ class ProbePool:
                     # The monitor logs the replica's faults with their fixes: one
                     # line for the whole pool here, not one per worker.
                     self._connect_failing = True
-                    log.info("probe connections failing: %s; retrying with backoff", fault.message)
+                    # A full server is news the monitor's open session never hears: its fix here.
+                    fix = f" ({fault.fix})" if fault.kind is Kind.FULL and fault.fix else ""
+                    log.info("probe connections failing: %s; retrying with backoff%s", fault.message, fix)
                 self.counters.reconnects += 1
                 await self._sleep(backoff_delay(attempt))
                 attempt += 1
@@ -254,16 +285,21 @@ class ProbePool:
                 except Exception as e:  # any failure is one probe's, never the worker's
                     outcome, broken = self._classify(e, time.perf_counter() - t0)
                     if broken:
-                        _close_quietly(conn)
+                        self._close(conn)
                         conn = cur = None
                 finally:
                     self.busy -= 1
+                    self.last_used = time.monotonic()
                 self.counters.issued += 1
                 self.counters.latency_sum += outcome.seconds
                 self._on_done(probe, tag, outcome)
         finally:
             if conn is not None:
-                _close_quietly(conn)
+                self._close(conn)
+
+    def _close(self, conn: Any) -> None:
+        self.open -= 1
+        _close_quietly(conn)
 
     def _classify(self, e: BaseException, seconds: float) -> tuple[Outcome, bool]:
         """What a failed probe was, and whether its connection must go.

@@ -204,3 +204,33 @@ def test_a_full_server_is_its_own_kind_with_the_fix() -> None:
     assert "max_connections" in (e.fix or "") and "prefetch.connections" in (e.fix or "")
     for code in (1203, 1226):
         assert translate(pymysql.err.OperationalError(code, "x"), "replica").kind is Kind.FULL
+
+
+def test_a_probe_taken_by_a_worker_let_go_is_answered_as_dropped() -> None:
+    """The engine counts a probe's pages as coming until it hears back: a worker let go
+    (resize, close) while it connects or probes answers for the probe it holds."""
+    heard: list[str] = []
+
+    async def hangs(**_: Any) -> Any:
+        await asyncio.Event().wait()  # a connect that never completes
+
+    async def scenario() -> None:
+        pool = ProbePool(hangs, mariadb=True, size=2, timeout_ms=500,
+                         on_done=lambda _p, tag, out: heard.append(f"{tag}:{out.status}"))
+        pool.start()
+        pool.submit(SimpleProbe(), "a")
+        pool.submit(SimpleProbe(), "b")
+        pool.submit(SimpleProbe(), "c")  # queued: no worker free
+        await asyncio.sleep(0.01)
+        await pool.resize(1)  # the second worker goes with "b"
+        await pool.close()  # the first with "a"; "c" was still queued
+
+    asyncio.run(scenario())
+    assert sorted(heard) == ["a:dropped", "b:dropped", "c:dropped"]
+
+
+@dataclass
+class SimpleProbe:
+    sql: str = "SELECT 1"
+    params: tuple[Any, ...] = ()
+    rows: int = 1

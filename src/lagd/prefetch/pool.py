@@ -254,13 +254,15 @@ class ProbePool:
     async def _worker(self, _n: int) -> None:
         conn: Any = None
         cur: Any = None  # one cursor per connection: probes run one after another on it
+        held: tuple[Any, Any] | None = None  # taken from the queue, not yet answered
         try:
             while True:
-                probe, tag = await self._queue.get()
+                probe, tag = held = await self._queue.get()
                 reason = refuse_reason(probe.sql)
                 if reason is not None:
                     self.counters.refused += 1
                     log.error("refused probe (%s): %.200s", reason, probe.sql)
+                    held = None
                     self._on_done(probe, tag, Outcome("refused", 0, 0.0, reason))
                     continue
                 if conn is None:
@@ -292,7 +294,12 @@ class ProbePool:
                     self.last_used = time.monotonic()
                 self.counters.issued += 1
                 self.counters.latency_sum += outcome.seconds
+                held = None
                 self._on_done(probe, tag, outcome)
+        except asyncio.CancelledError:
+            if held is not None:  # let go mid-probe (resize, close): its keys are not warmed
+                self._on_done(held[0], held[1], Outcome("dropped", 0, 0.0))
+            raise
         finally:
             if conn is not None:
                 self._close(conn)

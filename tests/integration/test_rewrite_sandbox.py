@@ -106,6 +106,8 @@ STATEMENTS = [
     ("DELETE t1 FROM t_int AS t1 JOIN t_comp AS c ON c.a = t1.id WHERE c.b = 'y' AND t1.id > 3", 2),
     ("DELETE FROM t_str WHERE name LIKE 'name-1%'", 11),
     ("UPDATE t_int SET v = NOW() WHERE id = 10 AND v REGEXP '^v[0-9]+$'", 1),
+    # 300 rows (the filler): the probe reads at most rewrite_sql.STATEMENT_ROWS of them
+    ("UPDATE t_int SET v = 'r' WHERE id >= 5000", 256),
 ]
 
 

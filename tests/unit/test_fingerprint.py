@@ -120,9 +120,9 @@ def test_statements_of_one_shape_are_batched_into_an_in_list() -> None:
         got += probes
     got += b.flush()
     assert [p.sql for p in got] == [
-        "SELECT * FROM `s`.t WHERE id = 0",  # a shape seen once goes the direct way
-        "SELECT * FROM `s`.t WHERE id IN (" + ", ".join(str(i) for i in range(1, 17)) + ")",
-        "SELECT * FROM `s`.t WHERE id IN (17, 0, 1)",  # a new batch: 0 and 1 are due again
+        "SELECT * FROM `s`.t WHERE id = 0 LIMIT 256",  # a shape seen once goes the direct way
+        "SELECT * FROM `s`.t WHERE id IN (" + ", ".join(str(i) for i in range(1, 17)) + ") LIMIT 256",
+        "SELECT * FROM `s`.t WHERE id IN (17, 0, 1) LIMIT 256",  # a new batch: 0 and 1 are due again
     ]
     assert [p.rows for p in got] == [1, 16, 3]
     assert (got[1].kind, got[1].params, got[1].source_time) == ("statement", (), 7)
@@ -133,7 +133,7 @@ def test_a_shape_seen_once_costs_what_the_direct_path_costs() -> None:
     b = StatementBatcher(16)
     for i in range(5):  # a request id in a comment: every statement its own shape
         probes, _ = b.add(Statement("s", f"/* req {i} */ DELETE FROM t WHERE id = {i}", 0, 0))
-        assert [p.sql for p in probes] == [f"SELECT * FROM `s`.t WHERE id = {i}"]
+        assert [p.sql for p in probes] == [f"SELECT * FROM `s`.t WHERE id = {i} LIMIT 256"]
     assert (b.stats["first_seen"], b.stats["shapes"]) == (5, 0)
 
 
@@ -147,8 +147,8 @@ def test_in_lists_and_strings_batch_too() -> None:
     b.add(Statement("s", "DELETE FROM t WHERE code = 'b'", 0, 0))
     probes = sorted(b.flush(), key=lambda p: p.sql)
     assert [(p.sql, p.rows) for p in probes] == [
-        ("SELECT * FROM `s`.t WHERE code IN ('a%%', 'b')", 2),
-        ("SELECT * FROM `s`.t WHERE id IN (1, 2, 3)", 3),
+        ("SELECT * FROM `s`.t WHERE code IN ('a%%', 'b') LIMIT 256", 2),
+        ("SELECT * FROM `s`.t WHERE id IN (1, 2, 3) LIMIT 256", 3),
     ]
 
 

@@ -11,6 +11,7 @@ from sqlglot import exp
 from sqlglot.tokenizer_core import TokenType
 
 from lagd.prefetch.rewrite_sql import (
+    STATEMENT_ROWS,
     index_probe_sql,
     quote_ident,
     rewrite_statement,
@@ -73,7 +74,9 @@ def test_index_probe_sql_quotes_odd_identifiers() -> None:
     assert table is not None and (table.db, table.name) == ("we`ird", "tä`b")
 
 
-ACCEPTED = [
+# (name, statement, its SELECT before the row cap): a statement without a LIMIT of
+# its own gets ``LIMIT STATEMENT_ROWS`` appended (ACCEPTED, below).
+_SELECTS = [
     ("update", "UPDATE t SET v = v + 1 WHERE id = 2", "SELECT * FROM `s`.t WHERE id = 2"),
     ("update-modifiers", "UPDATE LOW_PRIORITY IGNORE t SET v=1 WHERE k > 5 ORDER BY id DESC LIMIT 10",
      "SELECT * FROM `s`.t WHERE k > 5 ORDER BY id DESC LIMIT 10"),
@@ -121,6 +124,25 @@ ACCEPTED = [
     ("columns-named-like-keywords", "DELETE FROM t WHERE `lock` IN (1) AND `for` = 'for update'",
      "SELECT * FROM `s`.t WHERE `lock` IN (1) AND `for` = 'for update'"),
 ]
+ACCEPTED = [(name, sql, select if name in ("update-modifiers", "delete-modifiers", "delete-limit-only")
+             else f"{select} LIMIT {STATEMENT_ROWS}") for name, sql, select in _SELECTS]
+
+
+@pytest.mark.parametrize(("sql", "select"), [
+    # a range: at most STATEMENT_ROWS of its rows reach lagd (and the pool's page budget)
+    ("DELETE FROM log WHERE ts < '2026-01-01'", "SELECT * FROM `s`.log WHERE ts < '2026-01-01' LIMIT 256"),
+    ("UPDATE t SET v = 1 WHERE k BETWEEN 1 AND 100000 ORDER BY k",
+     "SELECT * FROM `s`.t WHERE k BETWEEN 1 AND 100000 ORDER BY k LIMIT 256"),
+    # its own LIMIT is the statement's bound: the rows the SQL thread will touch
+    ("DELETE FROM log WHERE ts < '2026-01-01' ORDER BY ts LIMIT 1000",
+     "SELECT * FROM `s`.log WHERE ts < '2026-01-01' ORDER BY ts LIMIT 1000"),
+    # a trailing comment is not in the probe, so the LIMIT cannot end up inside it
+    ("DELETE FROM log WHERE id = 5 -- purge job", "SELECT * FROM `s`.log WHERE id = 5 LIMIT 256"),
+])
+def test_a_statement_probe_reads_a_bounded_number_of_rows(sql: str, select: str) -> None:
+    probe = rewrite_statement_sql(sql, "s").probe
+    assert probe is not None and probe.sql == select
+    assert_plain_select(probe.sql)
 
 
 @pytest.mark.parametrize(("sql", "select"), [a[1:] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
@@ -197,7 +219,7 @@ def test_unqualified_table_needs_a_default_schema() -> None:
     assert "no default database" in refused.reason
     qualified = rewrite_statement_sql("DELETE FROM d.t WHERE id = 1", None)
     assert qualified.probe is not None
-    assert qualified.probe.sql == "SELECT * FROM d.t WHERE id = 1"
+    assert qualified.probe.sql == "SELECT * FROM d.t WHERE id = 1 LIMIT 256"
     assert (qualified.probe.schema, qualified.probe.table) == ("d", "t")
 
 
@@ -215,7 +237,7 @@ def test_probe_names_the_first_table_read(sql: str, table: tuple[str, str]) -> N
 def test_statement_event_carries_its_time() -> None:
     verdict = rewrite_statement(Statement("shop", "DELETE FROM orders WHERE id = 7", 0, 1_234))
     assert verdict.probe is not None
-    assert verdict.probe.sql == "SELECT * FROM `shop`.orders WHERE id = 7"
+    assert verdict.probe.sql == "SELECT * FROM `shop`.orders WHERE id = 7 LIMIT 256"
     assert verdict.probe.source_time == 1_234
     assert "shop.orders" in verdict.reason
 

@@ -76,7 +76,7 @@ _NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _MARK = r"(?:'~lagd:\d+~'|97531\d{5}86420)"
 _BATCHABLE = re.compile(
     rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<col>{_NAME}(?:\.{_NAME})*)"
-    rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*", re.I | re.S)
+    rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*(?P<limit>LIMIT \d+)?", re.I | re.S)
 _CACHE_LIMIT = 4096  # shapes; a stream of one-off shapes must not grow memory without end
 
 
@@ -136,6 +136,7 @@ class Template:
     schema: str = ""
     table: str = ""
     batch_head: str | None = None  # "SELECT * FROM refs WHERE col IN (" when batchable
+    batch_tail: str = ")"  # what closes the list: ") LIMIT n" (rewrite_sql.STATEMENT_ROWS)
     batch_list: bool = False  # the batched value is an IN list (counts as its values)
     verified: bool = True
     sets: frozenset[str] = frozenset()  # the columns an UPDATE assigns (StatementRewrite.sets)
@@ -197,7 +198,8 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
     b = _BATCHABLE.fullmatch(text)
     if b is not None and len(slots) == 1 and " JOIN " not in b.group("refs").upper():
         batch_head = f"SELECT * FROM {b.group('refs')} WHERE {b.group('col')} IN ("
-    t = Template(None, tuple(parts), tuple(slots), via.probe.schema, via.probe.table, batch_head,
+    tail = f") {b.group('limit')}" if b is not None and b.group("limit") else ")"
+    t = Template(None, tuple(parts), tuple(slots), via.probe.schema, via.probe.table, batch_head, tail,
                  batch_head is not None and "," in lits[slots[0]], sets=via.sets)
     if t.bind(lits) != direct.probe.sql or (t.schema, t.table) != (direct.probe.schema,
                                                                    direct.probe.table):
@@ -298,7 +300,7 @@ class StatementBatcher:
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)
         when = self._times.pop(t, None)
-        return Probe(f"{t.batch_head}{', '.join(values)})", (), t.schema, t.table, None,
+        return Probe(f"{t.batch_head}{', '.join(values)}{t.batch_tail}", (), t.schema, t.table, None,
                      sum(values.values()), "statement", covering=False, source_time=when)
 
     def _direct(self, stmt: Statement) -> tuple[list[Probe], StatementRewrite | None]:

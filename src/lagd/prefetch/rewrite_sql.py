@@ -36,6 +36,14 @@ from lagd.relaylog.events import Statement
 _MYSQL = sqlglot.Dialect.get_or_raise("mysql")
 
 KINDS = ("pk", "unique", "secondary", "statement")
+# Rows a statement probe reads at most (a LIMIT where the statement has none). A
+# statement's WHERE can name any number of rows: `DELETE FROM log WHERE ts < ...`
+# on a MIXED source is one statement for a million rows. Unbounded, its probe sent
+# every row it reached in its 500 ms to lagd, which holds a result set whole
+# (hundreds of MB where the range is in memory), and warmed pages the lead's page
+# budget never counted (a statement counts as one row). 256 rows are 16 batches of
+# row probes; a statement touching more is a big transaction, the advisor's.
+STATEMENT_ROWS = 256
 
 
 def quote_ident(name: str) -> str:
@@ -260,6 +268,8 @@ def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str, frozenset[str
     # What runs is only the kept text (plus qualifiers): check its tokens, not the SET list's.
     _check_kept([t for t in toks if any(a <= t.start < b for a, b in spans)])
     select, first = _splice(sql, tree, spans, schema)
+    if not tree.args.get("limit"):  # its own LIMIT (single-table UPDATE/DELETE) is the statement's bound
+        select += f" LIMIT {STATEMENT_ROWS}"
     return select, first[0], first[1], _assigned(tree) if word == "UPDATE" else frozenset()
 
 

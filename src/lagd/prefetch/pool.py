@@ -194,11 +194,10 @@ class ProbePool:
     async def close_idle(self) -> None:
         """Close every session while there is nothing to probe; the workers stay, and
         connect again at their next probe."""
-        await self._cancel(self._workers)
-        self._workers = []
-        self.drop_queued()
-        if self._started:
-            self._add_workers()
+        started = self._started
+        await self.close()
+        if started:
+            self.start()
 
     async def close(self) -> None:
         """Cancel the workers; a probe in flight is abandoned (its server-side

@@ -106,7 +106,7 @@ def main() -> None:
             tids = stall.applier_tids(sb.replica().query(stall.appliers_sql(mariadb=True)))
         if args.trace:
             # Both measure from when the trace is ready (perf takes a moment to start).
-            trace = helpers.enter_context(PerfTrace(tids, Path(sb.replica().datadir).parent / "sched.data"))
+            trace = helpers.enter_context(PerfTrace(tids, datadir.parent / "sched.data"))
         t0 = time.monotonic()
         mon.set_threads(tids)
         mon.start(hz=args.hz)

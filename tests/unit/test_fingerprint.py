@@ -261,14 +261,15 @@ def test_the_scanners_prefilter_never_changes_a_match():
 
 
 def test_each_statement_probed_is_reported_with_its_set_list() -> None:
-    seen: list[tuple[str, str, frozenset[str]]] = []
-    tables = SimpleNamespace(seen=lambda s, t, c, n: seen.extend([(s, t, c)] * n),
+    seen: list[tuple[str, str, frozenset[str], bool]] = []
+    tables = SimpleNamespace(seen=lambda s, t, c, n, d: seen.extend([(s, t, c, d)] * n),
                              described=lambda s, t: None)
     b = StatementBatcher(16, lambda schema: schema != "x", tables)  # type: ignore[arg-type]
     for i in range(3):  # direct, then templated twice
         b.add(Statement("s", f"UPDATE t SET k = {i}, c = 'x' WHERE id = {i}", 0, 0))
-    b.add(Statement("s", "DELETE FROM d.u WHERE id = 1", 0, 0))
+    for i in range(3):  # a DELETE, either way, is reported as one
+        b.add(Statement("s", f"DELETE FROM d.u WHERE id = {i}", 0, 0))
     b.add(Statement("s", "UPDATE t SET k = 1 WHERE id = RAND()", 0, 0))  # refused: not reported
     b.add(Statement("s", "UPDATE x.t SET k = 1 WHERE id = 1", 0, 0))  # schema excluded: likewise
-    assert seen == [("s", "t", frozenset({"k", "c"}))] * 3 + [("d", "u", frozenset())]
-    assert b.stats["templated"] == 2
+    assert seen == [("s", "t", frozenset({"k", "c"}), False)] * 3 + [("d", "u", frozenset(), True)] * 3
+    assert b.stats["templated"] == 4

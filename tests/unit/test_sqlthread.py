@@ -262,7 +262,7 @@ def test_parallel_workers_line_names_them_and_their_idle_time() -> None:
     (None, "prefetch can help"),  # no gate (adaptive off): the split alone
     ((True, "SQL thread 41% waiting on disk reads, 1.3 idle cores: prefetching"), "prefetch can help"),
     # the gate keeps prefetch out: "can help" would say the opposite of what lagd does
-    ((False, "100% of the row changes ahead are UPDATEs that move an index entry ...: backing off for 120 s"),
+    ((False, "100% of the row changes ahead leave index entries for purge ...: backing off for 120 s"),
      "prefetch held off, see prefetch"),
     ((False, "measuring the SQL thread before prefetching"), "prefetch held off, see prefetch"),
 ])

@@ -480,34 +480,45 @@ def purge_behind(history_from: int | None, history: int | None) -> str | None:
             " more than when probes started: they take the reads and index latches it needs")
 
 
-# UPDATEs that move an index entry (a key or an indexed column changes: the old entry is
-# delete-marked for purge, the new one inserted elsewhere in the same index) are where a
-# try costs more than it can gain. In one 3-s try on update_k (every row moves its `k`
+# Row changes that leave purge index entries to remove are where a try costs more than
+# it can gain: UPDATEs that move an index entry (a key or an indexed column changes: the
+# old entry is delete-marked for purge, the new one inserted elsewhere in the same index)
+# and DELETEs (the row is delete-marked in the clustered index and every secondary one).
+# UPDATEs first: In one 3-s try on update_k (every row moves its `k`
 # entry) the probe sessions waited 13.7 s on that index's tree latch, behind purge's and
 # the SQL thread's exclusive holds; the SQL thread's own waits on it tripled, and were
 # still 1.6x its cold twin's for 13 s after the try.
 # Measured (200,000 changes, 256 MB pool): probes held on ran its SQL thread 1.01x, and
 # 0.65x once purge was done; each try the gate made cost the catch-up 3-6% (six pairs:
-# median 0.94x), however it was judged. DELETEs (purge only) and INSERTs (inserts only)
-# do not: a delete try ran the SQL thread 2.3x faster (the purge rules then judge it),
-# insert catch-ups ran 1.67x with probes. So a try whose first rows are mostly moves
+# median 0.94x), however it was judged.
+# DELETEs: a try ran the SQL thread 1.6-1.8x faster for its 3 s, and the purge rules
+# judged every one to lose (`delete`, 7 runs in two sessions; in the last 4: applied
+# 1,150-1,567 KiB/s of relay log before, 2,466-2,709 with probes, 1,611-1,955 of it left
+# to purge). Purge then reaches rows whose pages the SQL thread read long before,
+# evicted since: in all 4 pairs the run with a try read more pages from disk than its
+# cold twin (+8,800 to +41,800, though cold runs alone spread 227,000-350,000). Stopped
+# at the first read: 22 probes a run, 1.01x (0.99-1.03, 4 pairs; 1.00x, 0.92-1.30, with
+# the 3-s try), half the daemon's CPU. INSERTs leave purge nothing to remove (insert
+# catch-ups ran 1.67x with probes). So a try whose first rows are mostly such changes
 # stops before the probes build a lead.
 MOVING_SHARE = 0.5
 MOVING_ROWS = 100  # row changes read since the try began before their share is judged
 
 
 def moved_entries(gate: Gate, rows: int, moving: int) -> Gate:
-    """A try's first ``rows`` row changes, ``moving`` of them UPDATEs that move an index
-    entry (see MOVING_SHARE). Pure. Only a try not yet judged to pay: probes that paid
-    (purge counted) have shown the SQL thread gains on these changes."""
+    """A try's first ``rows`` row changes, ``moving`` of them leaving purge index entries
+    to remove: DELETEs, UPDATEs that move an index entry (see MOVING_SHARE). Pure.
+    Only a try not yet judged to pay: probes that paid (purge counted) have shown the
+    SQL thread gains on these changes."""
     if (not gate.open or gate.rate_before is None or gate.since_base > 0 or rows < MOVING_ROWS
             or moving < MOVING_SHARE * rows):
         return gate
     hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))
-    return Gate(False, f"{round(100 * moving / rows)}% of the row changes ahead are UPDATEs that move an"
-                       " index entry (a key or an indexed column changes): probes queue on the index's"
-                       " tree latch behind the SQL thread and purge, and leave purge behind:"
-                       f" backing off for {hold} s", None, True, 0, hold, fails=gate.fails + 1)
+    return Gate(False, f"{round(100 * moving / rows)}% of the row changes ahead leave index entries for"
+                       " purge to remove (DELETEs, UPDATEs of a key or an indexed column): probes would"
+                       " leave purge behind, to read those pages again later, and queue on the index"
+                       f" tree latches: backing off for {hold} s", None, True, 0, hold,
+                fails=gate.fails + 1)
 
 
 def without_backlog(gate: Gate, fresh: Gate) -> Gate:

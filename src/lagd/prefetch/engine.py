@@ -343,7 +343,7 @@ class PrefetchEngine:
         return (rows, moving) if isinstance(rows, int) and isinstance(moving, int) else None
 
     def _moving_check(self, start: tuple[int, int]) -> None:
-        """Right after a read, not at the next gate check: a try on UPDATEs that move
+        """Right after a read, not at the next gate check: a try on row changes that leave purge
         index entries stops before the probes have built their lead."""
         now = self._move_counts()
         if now is None:

@@ -34,9 +34,10 @@ statements go into one ``<col> IN (...)``. ``Probe.rows`` counts the
 statements a probe covers.
 
 Every statement it probes is also reported to ``tables.seen`` with the
-columns its SET list assigns (once per shape, from the same parse): the
-caller matches them against the table's indexes to count the UPDATEs that
-move index entries, as it does for row events (ProbeBatcher.moving).
+columns its SET list assigns, or as a DELETE (once per shape, from the same
+parse): the caller matches them against the table's indexes to count the
+row changes that leave purge index entries to remove, as it does for row
+events (ProbeBatcher.moving).
 
 INSERT shapes go to inserts.InsertBatcher (the entries they will add), also
 from their second statement on.
@@ -140,6 +141,7 @@ class Template:
     batch_list: bool = False  # the batched value is an IN list (counts as its values)
     verified: bool = True
     sets: frozenset[str] = frozenset()  # the columns an UPDATE assigns (StatementRewrite.sets)
+    deletes: bool = False  # a DELETE (StatementRewrite.deletes)
 
     def bind(self, lits: tuple[str, ...]) -> str:
         parts = self.parts
@@ -170,7 +172,7 @@ class _NoTables:
     def described(self, schema: str, table: str) -> TableKeys | None:
         return None
 
-    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int) -> None:
+    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int, deletes: bool = False) -> None:
         pass
 
 
@@ -183,7 +185,7 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
         if direct.probe is None and via.probe is None and direct.skipped == via.skipped:
             return Template(direct)
         return _UNVERIFIED
-    if via.sets != direct.sets:
+    if via.sets != direct.sets or via.deletes != direct.deletes:
         return _UNVERIFIED
     text = via.probe.sql
     parts: list[str] = []
@@ -200,7 +202,7 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
         batch_head = f"SELECT * FROM {b.group('refs')} WHERE {b.group('col')} IN ("
     tail = f") {b.group('limit')}" if b is not None and b.group("limit") else ")"
     t = Template(None, tuple(parts), tuple(slots), via.probe.schema, via.probe.table, batch_head, tail,
-                 batch_head is not None and "," in lits[slots[0]], sets=via.sets)
+                 batch_head is not None and "," in lits[slots[0]], sets=via.sets, deletes=via.deletes)
     if t.bind(lits) != direct.probe.sql or (t.schema, t.table) != (direct.probe.schema,
                                                                    direct.probe.table):
         return _UNVERIFIED
@@ -254,7 +256,7 @@ class StatementBatcher:
             return self._direct(stmt)
         if not self.wants(t.schema):
             return [], _excluded(t.schema)
-        self.tables.seen(t.schema, t.table, t.sets, 1)
+        self.tables.seen(t.schema, t.table, t.sets, 1, t.deletes)
         self.stats["templated"] += 1
         if t.batch_head is None:
             return [Probe(t.bind(lits), (), t.schema, t.table, None, 1, "statement", covering=False,
@@ -310,7 +312,7 @@ class StatementBatcher:
         p = verdict.probe
         if not self.wants(p.schema):
             return [], _excluded(p.schema)
-        self.tables.seen(p.schema, p.table, verdict.sets, 1)
+        self.tables.seen(p.schema, p.table, verdict.sets, 1, verdict.deletes)
         return [Probe(p.sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
                       p.source_time)], None
 

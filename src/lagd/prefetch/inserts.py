@@ -271,8 +271,9 @@ class Tables(Protocol):
     def described(self, schema: str, table: str) -> TableKeys | None:
         """The table as the replica has it; None: not known (yet): looked up later."""
 
-    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int) -> None:
-        """``rows`` row changes probed, assigning ``sets`` (UPDATE) or none."""
+    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int, deletes: bool = False) -> None:
+        """``rows`` row changes probed, assigning ``sets`` (UPDATE), deleting (DELETE) or
+        neither (INSERT)."""
 
 
 class _Entries:

@@ -196,7 +196,8 @@ class ProbeBatcher:
         self.skipped: Counter[str] = Counter()
         self.last_reason: dict[str, str] = {}
         self.rows = 0  # row changes seen; a statement probed, once its table's indexes are known
-        # ... of which UPDATEs that move an index entry (control.moved_entries)
+        # ... of which leave purge index entries to remove: DELETEs, and UPDATEs that move
+        # an index entry (control.moved_entries)
         self.moving = 0
         self.keys = 0  # index entries queued, duplicates included
         self.duplicates = 0  # of those, already waiting in their batch
@@ -239,10 +240,14 @@ class ProbeBatcher:
         self._uncounted.clear()
         self._wanted.clear()
 
-    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int) -> None:
+    def seen(self, schema: str, table: str, sets: frozenset[str], rows: int, deletes: bool = False) -> None:
         """Count statements' row changes (``rows``, ``moving``: inserts.Tables), an
         UPDATE's as soon as it can be told whether it moves an index entry."""
-        if not sets:  # DELETE and INSERT: not counted as moving, as their rows are not
+        if deletes:  # whatever the table's indexes: as a row DELETE is
+            self.rows += rows
+            self.moving += rows
+            return
+        if not sets:  # INSERT: not moving, as its rows are not
             self.rows += rows
             return
         key = (schema, table)
@@ -351,6 +356,9 @@ class ProbeBatcher:
             image = change.before if kind is RowKind.DELETE else change.after
             if image is None:
                 return self._skip_image(table)
+            # Purge will remove a deleted row from the clustered index and every
+            # secondary one, reading each page again (control.moved_entries).
+            self.moving += kind is RowKind.DELETE
             if not self._queue(key, image, key.get(image), out, plan):
                 return out or _NO_PROBES
             for ip in plan.others:

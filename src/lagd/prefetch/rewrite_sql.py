@@ -113,6 +113,8 @@ class StatementRewrite:
     # column names are case-insensitive); empty for a DELETE. Which of them are
     # indexed tells whether it moves index entries (ProbeBatcher.moving).
     sets: frozenset[str] = frozenset()
+    # A DELETE: purge will remove its rows' entries from every index (ProbeBatcher.moving).
+    deletes: bool = False
 
 
 def _words(text: str) -> frozenset[str]:
@@ -193,22 +195,22 @@ def rewrite_statement_sql(
     done = _rewrite_cached(sql, schema)
     if isinstance(done, StatementRewrite):
         return done
-    select, table_schema, table, sets = done
+    select, table_schema, table, sets, deletes = done
     probe = Probe(select, (), table_schema, table, None, 0, "statement", covering=False,
                   source_time=source_time)
     return StatementRewrite(probe, None, f"rewritten as the SELECT of the rows it touches in "
-                                         f"{table_schema}.{table}", sets)
+                                         f"{table_schema}.{table}", sets, deletes)
 
 
 @functools.lru_cache(maxsize=512)
 def _rewrite_cached(sql: str, schema: str | None
-                    ) -> tuple[str, str, str, frozenset[str]] | StatementRewrite:
+                    ) -> tuple[str, str, str, frozenset[str], bool] | StatementRewrite:
     # Statement-based logs repeat texts (purge jobs, counters); parsing costs ~0.2-0.5 ms.
     try:
-        select, table_schema, table, sets = _rewrite(sql, schema)
+        select, table_schema, table, sets, deletes = _rewrite(sql, schema)
     except _Refused as no:
         return StatementRewrite(None, no.skipped, no.reason)
-    return select.replace("%", "%%"), table_schema, table, sets
+    return select.replace("%", "%%"), table_schema, table, sets, deletes
 
 
 def _tokens(sql: str) -> list[Token]:
@@ -218,7 +220,7 @@ def _tokens(sql: str) -> list[Token]:
         raise _Refused("unparsable_statement", f"cannot tokenize: {exc}") from None
 
 
-def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str, frozenset[str]]:
+def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str, frozenset[str], bool]:
     try:
         sql.encode("utf-8")
     except UnicodeEncodeError:
@@ -271,7 +273,9 @@ def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str, frozenset[str
     select, first = _splice(sql, tree, spans, schema)
     if not tree.args.get("limit"):  # its own LIMIT (single-table UPDATE/DELETE) is the statement's bound
         select += f" LIMIT {STATEMENT_ROWS}"
-    return select, first[0], first[1], _assigned(tree) if word == "UPDATE" else frozenset()
+    if word == "UPDATE":
+        return select, first[0], first[1], _assigned(tree), False
+    return select, first[0], first[1], frozenset(), True
 
 
 def _assigned(tree: exp.Expr) -> frozenset[str]:

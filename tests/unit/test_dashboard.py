@@ -70,7 +70,8 @@ def test_dashboard_covers_the_topics() -> None:
     for name in ("lagd_replication_lag_seconds", "lagd_backlog_transactions", "lagd_apply_speed_ratio",
                  "lagd_catchup_eta_seconds", "lagd_prefetch_probes_in_time_total",
                  "lagd_prefetch_lead_transactions", "lagd_upcoming_transaction_stall_seconds",
-                 "lagd_replica_state", "lagd_prefetch_state"):
+                 "lagd_replica_state", "lagd_prefetch_state", "lagd_sql_thread_seconds_total",
+                 "lagd_prefetch_gate_open", "lagd_innodb_history_length", "lagd_prefetch_connections_open"):
         assert name in exprs, f"the dashboard shows no {name}"
 
 

@@ -709,26 +709,33 @@ def test_a_hold_outlives_a_caught_up_spell() -> None:
     assert "measuring its apply rate" in eng.gate_state.reason and eng.gate_state.fails == 1
 
 
-# A try's first row changes, by how many leave purge index entries to remove: DELETEs and
-# UPDATEs that move an entry (control.moved_entries).
-@pytest.mark.parametrize(("gate", "rows", "moving", "open_", "hold"), [
-    (OPEN, 100, 100, False, 120),  # update_k, delete: every row
-    (OPEN, 100, 50, False, 120),  # half
-    (OPEN, 100, 49, True, 0),
-    (OPEN, 99, 99, True, 0),  # too few rows yet to judge
-    (OPEN, 200, 70, True, 0),  # the benchmark's "mixed": 20% indexed updates, 15% deletes
-    (replace(OPEN, fails=2), 100, 100, False, 480),  # holds grow as the purge holds do
-    (replace(OPEN, fails=5), 100, 100, False, 600),  # ... to ten minutes
-    (replace(OPEN, since_base=4.0), 100, 100, True, 0),  # probes already paid, purge counted
-    (control.UNMEASURED, 100, 100, True, 0),  # no measured try to stop
-    (SHUT, 100, 100, False, 0),
+# A try's first row changes, by how many leave purge index entries to remove: UPDATEs
+# that move an entry, and DELETEs (control.moved_entries).
+INSIDE_BIG = replace(OPEN, rate_before=0.0)  # measured alone inside one transaction
+
+
+@pytest.mark.parametrize(("gate", "rows", "moving", "deletes", "open_", "hold"), [
+    (OPEN, 100, 100, 0, False, 120),  # update_k: every row
+    (OPEN, 100, 0, 100, False, 120),  # delete: every row
+    (OPEN, 100, 50, 0, False, 120),  # half
+    (OPEN, 100, 30, 20, False, 120),  # half, of both kinds
+    (OPEN, 100, 49, 0, True, 0),
+    (OPEN, 99, 99, 0, True, 0),  # too few rows yet to judge
+    (OPEN, 200, 40, 30, True, 0),  # the benchmark's "mixed": 20% indexed updates, 15% deletes
+    (INSIDE_BIG, 100, 0, 100, True, 0),  # one big DELETE: purge waits for its commit anyway
+    (INSIDE_BIG, 100, 100, 0, False, 120),  # UPDATEs that move entries split pages at once
+    (replace(OPEN, fails=2), 100, 100, 0, False, 480),  # holds grow as the purge holds do
+    (replace(OPEN, fails=5), 100, 100, 0, False, 600),  # ... to ten minutes
+    (replace(OPEN, since_base=4.0), 100, 100, 0, True, 0),  # probes already paid, purge counted
+    (control.UNMEASURED, 100, 100, 0, True, 0),  # no measured try to stop
+    (SHUT, 100, 100, 0, False, 0),
 ])
-def test_a_try_on_changes_that_leave_purge_entries_stops_at_its_first_rows(gate: Gate, rows: int, moving: int,
-                                                                            open_: bool, hold: int) -> None:
-    g = control.moved_entries(gate, rows, moving)
+def test_a_try_on_changes_that_leave_purge_entries_stops_at_its_first_rows(
+        gate: Gate, rows: int, moving: int, deletes: int, open_: bool, hold: int) -> None:
+    g = control.moved_entries(gate, rows, moving, deletes)
     assert (g.open, g.hold) == (open_, hold)
     if g is not gate:
-        pct = round(100 * moving / rows)
+        pct = round(100 * (moving + deletes) / rows)
         assert f"{pct}% of the row changes ahead leave index entries for purge" in g.reason
         assert g.fails == gate.fails + 1 and g.rate_before is None
 
@@ -748,20 +755,23 @@ def opened_engine(batcher: object) -> tuple[PrefetchEngine, FakePool]:
     return eng, pool
 
 
-def test_the_engine_stops_a_try_after_its_first_read_of_updates_that_move_index_entries() -> None:
-    batcher = SimpleNamespace(rows=1_000, moving=900)  # before the try: not counted
+@pytest.mark.parametrize(("moving", "deletes"), [(250, 0), (0, 250), (100, 50)])
+def test_the_engine_stops_a_try_after_its_first_read_of_changes_that_leave_purge_entries(
+        moving: int, deletes: int) -> None:
+    batcher = SimpleNamespace(rows=1_000, moving=900, deletes=50)  # before the try: not counted
     eng, pool = opened_engine(batcher)
-    assert eng._try_from == (1_000, 900)
-    batcher.rows, batcher.moving = 1_250, 1_150  # the first read: 250 rows, 250 moving
+    assert eng._try_from == (1_000, 900, 50)
+    # the first read: 250 rows
+    batcher.rows, batcher.moving, batcher.deletes = 1_250, 900 + moving, 50 + deletes
     eng._moving_check(eng._try_from)
     assert not eng.gate_state.open and eng.gate_state.hold == 120 and pool.dropped == 1
     assert eng._try_from is None
 
 
 def test_the_engine_lets_a_try_on_other_changes_run() -> None:
-    batcher = SimpleNamespace(rows=0, moving=0)
+    batcher = SimpleNamespace(rows=0, moving=0, deletes=0)
     eng, pool = opened_engine(batcher)
-    batcher.rows, batcher.moving = 250, 20  # a few indexed updates among others
+    batcher.rows, batcher.moving, batcher.deletes = 250, 20, 30  # a few among others
     eng._moving_check(eng._try_from)  # type: ignore[arg-type]
     assert eng.gate_state.open and pool.dropped == 0
 

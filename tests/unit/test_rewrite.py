@@ -394,21 +394,22 @@ def test_odd_identifiers_are_quoted() -> None:
 
 # Row changes that leave purge index entries to remove (control.moved_entries): UPDATEs
 # that move an entry (the old one delete-marked, the new one inserted elsewhere in the
-# index), and DELETEs (the row delete-marked in every index).
-@pytest.mark.parametrize(("change", "moving"), [
-    (RowChange(ORDERS, INS, None, ROW), 0),
-    (RowChange(ORDERS, D, ROW, None), 1),
-    (RowChange(ORDERS, U, ROW, ROW), 0),  # nothing indexed changed (only pad, not logged here)
-    (RowChange(ORDERS, U, ROW, (1, 11, "a", "nm1")), 1),  # k: a secondary entry moves
-    (RowChange(ORDERS, U, ROW, (1, 10, "b", "nm1")), 1),  # u: a unique entry moves
-    (RowChange(ORDERS, U, ROW, (2, 10, "a", "nm1")), 1),  # the primary key
-    (RowChange(ORDERS, U, ROW, (1, 11, "b", "nm2")), 1),  # several: still one row
-    (RowChange(ORDERS, U, ROW, (1, 10, "a", None)), 0),  # MINIMAL after image: unlogged = unchanged
+# index), and DELETEs (the row delete-marked in every index), counted apart.
+@pytest.mark.parametrize(("change", "moving", "deletes"), [
+    (RowChange(ORDERS, INS, None, ROW), 0, 0),
+    (RowChange(ORDERS, D, ROW, None), 0, 1),
+    (RowChange(ORDERS, U, ROW, ROW), 0, 0),  # nothing indexed changed (only pad, not logged here)
+    (RowChange(ORDERS, U, ROW, (1, 11, "a", "nm1")), 1, 0),  # k: a secondary entry moves
+    (RowChange(ORDERS, U, ROW, (1, 10, "b", "nm1")), 1, 0),  # u: a unique entry moves
+    (RowChange(ORDERS, U, ROW, (2, 10, "a", "nm1")), 1, 0),  # the primary key
+    (RowChange(ORDERS, U, ROW, (1, 11, "b", "nm2")), 1, 0),  # several: still one row
+    (RowChange(ORDERS, U, ROW, (1, 10, "a", None)), 0, 0),  # MINIMAL after image: unlogged = unchanged
 ])
-def test_moving_counts_deletes_and_the_updates_that_move_an_entry(change: RowChange, moving: int) -> None:
+def test_moving_and_deletes_count_what_leaves_purge_entries(change: RowChange, moving: int,
+                                                            deletes: int) -> None:
     b = ProbeBatcher()
     probes_for(change, batcher=b)
-    assert (b.rows, b.moving) == (1, moving)
+    assert (b.rows, b.moving, b.deletes) == (1, moving, deletes)
 
 
 def test_moving_with_minimal_images_counts_only_the_columns_logged() -> None:
@@ -427,23 +428,25 @@ ORDERS_INDEXED = table_keys(*info_rows(
     [("PRIMARY", ("id",), True), ("k", ("k",), False), ("u", ("u",), True), ("name", ("name",), False)]))
 
 
-@pytest.mark.parametrize(("sql", "rows", "moving"), [
-    ("UPDATE o SET k = 7 WHERE id = {}", 1, 1),  # update_k, logged as a statement
-    ("UPDATE o SET K = K + 1 WHERE id = {}", 1, 1),  # column names are case-insensitive
-    ("UPDATE o SET o.u = 'x' WHERE id = {}", 1, 1),  # qualified: a unique entry moves
-    ("UPDATE o SET id = id + 100 WHERE id = {}", 1, 1),  # the primary key
-    ("UPDATE o SET pad = 'p' WHERE id = {}", 1, 0),  # nothing indexed
-    ("UPDATE o SET pad = 'p', name = 'n' WHERE id = {}", 1, 1),  # one of several
-    ("DELETE FROM o WHERE id = {}", 1, 1),  # counted as row DELETEs are
-    ("INSERT INTO o (id, k) VALUES ({}, 1)", 1, 0),  # adds entries, moves none
+@pytest.mark.parametrize(("sql", "rows", "moving", "deletes"), [
+    ("UPDATE o SET k = 7 WHERE id = {}", 1, 1, 0),  # update_k, logged as a statement
+    ("UPDATE o SET K = K + 1 WHERE id = {}", 1, 1, 0),  # column names are case-insensitive
+    ("UPDATE o SET o.u = 'x' WHERE id = {}", 1, 1, 0),  # qualified: a unique entry moves
+    ("UPDATE o SET id = id + 100 WHERE id = {}", 1, 1, 0),  # the primary key
+    ("UPDATE o SET pad = 'p' WHERE id = {}", 1, 0, 0),  # nothing indexed
+    ("UPDATE o SET pad = 'p', name = 'n' WHERE id = {}", 1, 1, 0),  # one of several
+    ("DELETE FROM o WHERE id = {}", 1, 0, 1),  # counted as row DELETEs are
+    ("INSERT INTO o (id, k) VALUES ({}, 1)", 1, 0, 0),  # adds entries, moves none
 ])
-def test_statements_count_as_row_changes_by_their_set_list(sql: str, rows: int, moving: int) -> None:
+def test_statements_count_as_row_changes_by_their_set_list(sql: str, rows: int, moving: int,
+                                                           deletes: int) -> None:
     b = ProbeBatcher()
     b.learn_table("shop", "o", ORDERS_INDEXED)
     for i in range(3):  # the first of a shape goes the direct way, the rest through its template
         b.add_statement(Statement("shop", sql.format(i + 1), 0, 0))
     n = 2 if sql.startswith("INSERT") else 3  # the first INSERT of a shape is not parsed
-    assert (b.rows, b.moving) == (n * rows, n * moving) and b.unknown_tables() == []
+    assert (b.rows, b.moving, b.deletes) == (n * rows, n * moving, n * deletes)
+    assert b.unknown_tables() == []
 
 
 def test_statements_wait_for_their_tables_indexes_then_count() -> None:
@@ -452,15 +455,15 @@ def test_statements_wait_for_their_tables_indexes_then_count() -> None:
         b.add_statement(Statement("shop", f"UPDATE o SET k = {i} WHERE id = {i}", 0, 0))
         b.add_statement(Statement("shop", f"UPDATE o SET pad = 'p' WHERE id = {i}", 0, 0))
     b.add_statement(Statement("shop", "DELETE FROM o WHERE id = 9", 0, 0))  # needs no lookup
-    assert (b.rows, b.moving) == (1, 1) and b.unknown_tables() == [("shop", "o")]
+    assert (b.rows, b.moving, b.deletes) == (1, 0, 1) and b.unknown_tables() == [("shop", "o")]
     b.learn_table("shop", "o", None)  # the lookup failed: left uncounted, asked again later
-    assert (b.rows, b.moving) == (1, 1) and b.unknown_tables() == []
+    assert (b.rows, b.moving) == (1, 0) and b.unknown_tables() == []
     b.add_statement(Statement("shop", "UPDATE o SET k = 1 WHERE id = 1", 0, 0))
     assert b.unknown_tables() == [("shop", "o")]
     b.learn_table("shop", "o", ORDERS_INDEXED)
-    assert (b.rows, b.moving) == (2, 2) and b.unknown_tables() == []
+    assert (b.rows, b.moving) == (2, 1) and b.unknown_tables() == []
     b.add_statement(Statement("shop", "UPDATE o SET k = 2 WHERE id = 2", 0, 0))
-    assert (b.rows, b.moving) == (3, 3)
+    assert (b.rows, b.moving, b.deletes) == (3, 2, 1)
 
 
 def test_a_ddl_or_a_jump_makes_statements_look_their_tables_up_again() -> None:

@@ -498,23 +498,32 @@ def purge_behind(history_from: int | None, history: int | None) -> str | None:
 # evicted since: in all 4 pairs the run with a try read more pages from disk than its
 # cold twin (+8,800 to +41,800, though cold runs alone spread 227,000-350,000). Stopped
 # at the first read: 22 probes a run, 1.01x (0.99-1.03, 4 pairs; 1.00x, 0.92-1.30, with
-# the 3-s try), half the daemon's CPU. INSERTs leave purge nothing to remove (insert
-# catch-ups ran 1.67x with probes). So a try whose first rows are mostly such changes
-# stops before the probes build a lead.
+# the 3-s try), half the daemon's CPU. Not inside one big transaction: purge gets its
+# undo only after it commits (moved_entries). INSERTs leave purge nothing to remove
+# (insert catch-ups ran 1.67x with probes). So a try whose first rows are mostly such
+# changes stops before the probes build a lead.
 MOVING_SHARE = 0.5
 MOVING_ROWS = 100  # row changes read since the try began before their share is judged
 
 
-def moved_entries(gate: Gate, rows: int, moving: int) -> Gate:
-    """A try's first ``rows`` row changes, ``moving`` of them leaving purge index entries
-    to remove: DELETEs, UPDATEs that move an index entry (see MOVING_SHARE). Pure.
-    Only a try not yet judged to pay: probes that paid (purge counted) have shown the
-    SQL thread gains on these changes."""
-    if (not gate.open or gate.rate_before is None or gate.since_base > 0 or rows < MOVING_ROWS
-            or moving < MOVING_SHARE * rows):
+def moved_entries(gate: Gate, rows: int, moving: int, deletes: int = 0) -> Gate:
+    """A try's first ``rows`` row changes: ``moving`` UPDATEs that move an index entry and
+    ``deletes`` DELETEs, both leaving purge index entries to remove (see MOVING_SHARE).
+    Pure. Only a try not yet judged to pay: probes that paid (purge counted) have shown
+    the SQL thread gains on these changes.
+
+    DELETEs count only where the SQL thread was measured going from transaction to
+    transaction (``rate_before`` > 0). Inside one big transaction (measured alone, its
+    position did not move) purge gets none of its undo before it commits, and a DELETE
+    splits no page: there the gate's other rules judge the try, as before DELETEs
+    counted. An UPDATE that moves an entry splits pages at once, and counts anywhere."""
+    if not gate.open or gate.rate_before is None or gate.since_base > 0 or rows < MOVING_ROWS:
+        return gate
+    counted = moving + (deletes if gate.rate_before > 0 else 0)
+    if counted < MOVING_SHARE * rows:
         return gate
     hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))
-    return Gate(False, f"{round(100 * moving / rows)}% of the row changes ahead leave index entries for"
+    return Gate(False, f"{round(100 * counted / rows)}% of the row changes ahead leave index entries for"
                        " purge to remove (DELETEs, UPDATEs of a key or an indexed column): probes would"
                        " leave purge behind, to read those pages again later, and queue on the index"
                        f" tree latches: backing off for {hold} s", None, True, 0, hold,

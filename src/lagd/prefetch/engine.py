@@ -196,7 +196,7 @@ class PrefetchEngine:
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
         # The batcher's (rows, moving) when the gate last opened on a measurement: a try's
         # first rows are judged by what kind they are (control.moved_entries). None: no try.
-        self._try_from: tuple[int, int] | None = None
+        self._try_from: tuple[int, int, int] | None = None
         self._history_at = 0.0
         self._history_readable = True
         # Probe sessions the replica's free connection slots allow (control.connection_budget);
@@ -338,18 +338,21 @@ class PrefetchEngine:
         if self._try_from is not None:
             self._moving_check(self._try_from)
 
-    def _move_counts(self) -> tuple[int, int] | None:
-        rows, moving = getattr(self.batcher, "rows", None), getattr(self.batcher, "moving", None)
-        return (rows, moving) if isinstance(rows, int) and isinstance(moving, int) else None
+    def _move_counts(self) -> tuple[int, int, int] | None:
+        """The batcher's (rows, moving, deletes) (ProbeBatcher.moving), or None."""
+        rows, moving, deletes = (getattr(self.batcher, n, None) for n in ("rows", "moving", "deletes"))
+        if isinstance(rows, int) and isinstance(moving, int) and isinstance(deletes, int):
+            return rows, moving, deletes
+        return None
 
-    def _moving_check(self, start: tuple[int, int]) -> None:
+    def _moving_check(self, start: tuple[int, int, int]) -> None:
         """Right after a read, not at the next gate check: a try on row changes that leave purge
         index entries stops before the probes have built their lead."""
         now = self._move_counts()
         if now is None:
             return
         before = self.gate_state
-        after = control.moved_entries(before, now[0] - start[0], now[1] - start[1])
+        after = control.moved_entries(before, now[0] - start[0], now[1] - start[1], now[2] - start[2])
         if after is not before:
             self._move_gate(before, after)
 

@@ -196,9 +196,10 @@ class ProbeBatcher:
         self.skipped: Counter[str] = Counter()
         self.last_reason: dict[str, str] = {}
         self.rows = 0  # row changes seen; a statement probed, once its table's indexes are known
-        # ... of which leave purge index entries to remove: DELETEs, and UPDATEs that move
-        # an index entry (control.moved_entries)
+        # ... of which UPDATEs that move an index entry, and DELETEs: both leave purge
+        # index entries to remove (control.moved_entries)
         self.moving = 0
+        self.deletes = 0
         self.keys = 0  # index entries queued, duplicates included
         self.duplicates = 0  # of those, already waiting in their batch
         self._plans: dict[int, TablePlan] = {}
@@ -245,7 +246,7 @@ class ProbeBatcher:
         UPDATE's as soon as it can be told whether it moves an index entry."""
         if deletes:  # whatever the table's indexes: as a row DELETE is
             self.rows += rows
-            self.moving += rows
+            self.deletes += rows
             return
         if not sets:  # INSERT: not moving, as its rows are not
             self.rows += rows
@@ -358,7 +359,7 @@ class ProbeBatcher:
                 return self._skip_image(table)
             # Purge will remove a deleted row from the clustered index and every
             # secondary one, reading each page again (control.moved_entries).
-            self.moving += kind is RowKind.DELETE
+            self.deletes += kind is RowKind.DELETE
             if not self._queue(key, image, key.get(image), out, plan):
                 return out or _NO_PROBES
             for ip in plan.others:

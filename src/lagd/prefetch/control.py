@@ -484,8 +484,8 @@ def purge_behind(history_from: int | None, history: int | None) -> str | None:
 # it can gain: UPDATEs that move an index entry (a key or an indexed column changes: the
 # old entry is delete-marked for purge, the new one inserted elsewhere in the same index)
 # and DELETEs (the row is delete-marked in the clustered index and every secondary one).
-# UPDATEs first: In one 3-s try on update_k (every row moves its `k`
-# entry) the probe sessions waited 13.7 s on that index's tree latch, behind purge's and
+# UPDATEs: in one 3-s try on update_k (every row moves its `k` entry) the probe
+# sessions waited 13.7 s on that index's tree latch, behind purge's and
 # the SQL thread's exclusive holds; the SQL thread's own waits on it tripled, and were
 # still 1.6x its cold twin's for 13 s after the try.
 # Measured (200,000 changes, 256 MB pool): probes held on ran its SQL thread 1.01x, and

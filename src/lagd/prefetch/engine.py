@@ -194,7 +194,7 @@ class PrefetchEngine:
         # refused it (no PROCESS: _history_readable). Use it through _history().
         self.purge_history: int | None = None
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
-        # The batcher's (rows, moving) when the gate last opened on a measurement: a try's
+        # The batcher's (rows, moving, deletes) when the gate last opened on a measurement: a try's
         # first rows are judged by what kind they are (control.moved_entries). None: no try.
         self._try_from: tuple[int, int, int] | None = None
         self._history_at = 0.0

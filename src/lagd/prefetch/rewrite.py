@@ -196,8 +196,8 @@ class ProbeBatcher:
         self.skipped: Counter[str] = Counter()
         self.last_reason: dict[str, str] = {}
         self.rows = 0  # row changes seen; a statement probed, once its table's indexes are known
-        # ... of which UPDATEs that move an index entry, and DELETEs: both leave purge
-        # index entries to remove (control.moved_entries)
+        # ... of which UPDATEs that move an index entry (``moving``) and DELETEs: both
+        # leave purge index entries to remove (control.moved_entries)
         self.moving = 0
         self.deletes = 0
         self.keys = 0  # index entries queued, duplicates included
@@ -242,8 +242,8 @@ class ProbeBatcher:
         self._wanted.clear()
 
     def seen(self, schema: str, table: str, sets: frozenset[str], rows: int, deletes: bool = False) -> None:
-        """Count statements' row changes (``rows``, ``moving``: inserts.Tables), an
-        UPDATE's as soon as it can be told whether it moves an index entry."""
+        """Count statements' row changes (``rows``, ``moving``, ``deletes``: inserts.Tables),
+        an UPDATE's as soon as it can be told whether it moves an index entry."""
         if deletes:  # whatever the table's indexes: as a row DELETE is
             self.rows += rows
             self.deletes += rows

@@ -113,7 +113,7 @@ class StatementRewrite:
     # column names are case-insensitive); empty for a DELETE. Which of them are
     # indexed tells whether it moves index entries (ProbeBatcher.moving).
     sets: frozenset[str] = frozenset()
-    # A DELETE: purge will remove its rows' entries from every index (ProbeBatcher.moving).
+    # A DELETE: purge will remove its rows' entries from every index (ProbeBatcher.deletes).
     deletes: bool = False
 
 

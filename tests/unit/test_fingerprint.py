@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from test_rewrite_sql import ACCEPTED, REFUSED
 
-from lagd.prefetch.fingerprint import StatementBatcher, build_template, fingerprint
+from lagd.prefetch.fingerprint import SCAN_C, StatementBatcher, build_template, fingerprint, fingerprint_py
 from lagd.prefetch.rewrite_sql import rewrite_statement_sql
 from lagd.relaylog import Statement
 
@@ -273,3 +273,61 @@ def test_each_statement_probed_is_reported_with_its_set_list() -> None:
     b.add(Statement("s", "UPDATE x.t SET k = 1 WHERE id = 1", 0, 0))  # schema excluded: likewise
     assert seen == [("s", "t", frozenset({"k", "c"}), False)] * 3 + [("d", "u", frozenset(), True)] * 3
     assert b.stats["templated"] == 4
+
+
+# The C scanner (_scan.c) against the regular expression: the same cut, or it leaves the
+# text to the expression (NotImplemented). Without the accelerator built these skip.
+needs_c = pytest.mark.skipif(SCAN_C is None, reason="C accelerator not built")
+SOUP = [*"'\"`/*-#xXbB0123456789.eE+ \n\t\r\x0b\x1c\\abcfG,()=<>@$_;", "0x", "0b", "x'", "X'", "b'",
+        "B'", "/*", "*/", "--", "-- ", "1e5", "IN (", "in(", " IN ", "''", "\\'", "-5", "1.", ".5", "é"]
+
+
+@needs_c
+@pytest.mark.parametrize("sql", [
+    "UPDATE t SET c = c + 1 WHERE id = 17", "DELETE FROM t WHERE id IN (1, -2,3)",
+    "INSERT IGNORE INTO sbtest1 VALUES (12, 7, 'ins', 'ins')", "DELETE FROM t WHERE a = 1--2",
+    "DELETE FROM t WHERE h = 0x1F AND b = x'0A' AND c = b'101' AND d = 0b11",
+    "DELETE FROM t1 WHERE col2 = 1.5e3 /* 7 */ AND c = .5 -- 8\n# 9",
+    "DELETE FROM t WHERE id IN (1, 2, 'x')", "DELETE FROM t WHERE id IN ('a', 'b''c')",
+    *(a[1] for a in ACCEPTED if a[1].isascii()),
+])
+def test_the_c_scanner_takes_common_statements_and_cuts_them_as_the_expression_does(sql: str) -> None:
+    assert SCAN_C is not None
+    assert SCAN_C(sql) == fingerprint_py(sql)
+
+
+@needs_c
+@pytest.mark.parametrize("sql", [r[1] for r in REFUSED])
+def test_the_c_scanner_cuts_refused_statements_as_the_expression_does_or_leaves_them(sql: str) -> None:
+    assert SCAN_C is not None
+    got = SCAN_C(sql)
+    assert got is NotImplemented or got == fingerprint_py(sql)
+
+
+@needs_c
+def test_the_c_scanner_cuts_random_text_as_the_expression_does_or_leaves_it() -> None:
+    assert SCAN_C is not None
+    rng = random.Random(11)
+    taken = 0
+    for _ in range(40000):
+        s = "".join(rng.choice(SOUP) for _ in range(rng.randint(0, 24)))
+        got = SCAN_C(s)
+        if got is NotImplemented:
+            assert not s.isascii() or any(q in s for q in "'\"`") or any(c in s for c in "0123456789."), s
+            continue
+        taken += 1
+        assert got == fingerprint_py(s), s
+    assert taken > 10000  # it decides most of them itself
+
+
+@needs_c
+@pytest.mark.parametrize("sql", ["a = 'abc", "a = `abc", "a = 1.5e", "a = 0x1G", "a = 2abc", "a = 'é'",
+                                 "a = '\\"])
+def test_the_c_scanner_leaves_what_needs_backtracking_to_the_expression(sql: str) -> None:
+    assert SCAN_C is not None
+    assert SCAN_C(sql) is NotImplemented
+    fingerprint(sql)  # the expression decides
+
+
+def test_a_nul_is_never_cut() -> None:
+    assert fingerprint("DELETE FROM t WHERE a = '\0'") is None

@@ -169,6 +169,10 @@ fingerprint(PyObject *module, PyObject *arg)
         PyErr_SetString(PyExc_TypeError, "fingerprint() takes a str");
         return NULL;
     }
+#if PY_VERSION_HEX < 0x030C0000  /* every str is ready from 3.12 on */
+    if (PyUnicode_READY(arg) < 0)
+        return NULL;
+#endif
     if (!PyUnicode_IS_ASCII(arg))
         Py_RETURN_NOTIMPLEMENTED;
     const unsigned char *s = (const unsigned char *)PyUnicode_DATA(arg);

@@ -523,10 +523,14 @@ def moved_entries(gate: Gate, rows: int, moving: int, deletes: int = 0) -> Gate:
     if counted < MOVING_SHARE * rows:
         return gate
     hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))
+    if 2 * moving >= counted:
+        why = ("(UPDATEs of a key or an indexed column): probes queue on the index's tree latch behind"
+               " the SQL thread and purge, and leave purge behind")
+    else:
+        why = ("(DELETEs, UPDATEs of a key or an indexed column): probes would leave purge behind, to"
+               " read those pages again long after the SQL thread did")
     return Gate(False, f"{round(100 * counted / rows)}% of the row changes ahead leave index entries for"
-                       " purge to remove (DELETEs, UPDATEs of a key or an indexed column): probes would"
-                       " leave purge behind, to read those pages again later, and queue on the index"
-                       f" tree latches: backing off for {hold} s", None, True, 0, hold,
+                       f" purge to remove {why}: backing off for {hold} s", None, True, 0, hold,
                 fails=gate.fails + 1)
 
 

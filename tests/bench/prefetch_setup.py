@@ -70,9 +70,10 @@ def _load(server: Any, n_rows: int, chunk: int = 1_000_000) -> None:
 class Ids:
     """Id pools that keep workloads compatible with the base replica."""
 
-    def __init__(self, n_rows: int, seed: int) -> None:
+    def __init__(self, n_rows: int, seed: int, worker: int = 0, workers: int = 1) -> None:
         self.n = n_rows
         self.rng = random.Random(seed)
+        self.worker, self.workers = worker, workers  # the writing thread, of how many
 
     def existing(self) -> int:
         return 2 * self.rng.randint(1, self.n)
@@ -81,6 +82,13 @@ class Ids:
         # Disjoint quarter of the id space per deleting workload.
         q = self.n // 4
         return 2 * self.rng.randint(part * q + 1, (part + 1) * q)
+
+    def own_deletable(self, part: int) -> int:
+        # As deletable, but only ids no other writing thread picks: big transactions of
+        # several threads must not wait on each other's row locks.
+        q = self.n // 4
+        r = self.rng.randint((part * q) // self.workers + 1, ((part + 1) * q) // self.workers - 1)
+        return 2 * (self.workers * r + self.worker)
 
     def free(self, part: int) -> int:
         # Odd ids: ids % 4 == 1 for one workload, == 3 for the other.
@@ -137,6 +145,15 @@ def _w_multi(cur: Any, ids: Ids) -> int:
     return 10
 
 
+def _w_delete_big(cur: Any, ids: Ids) -> int:
+    # One transaction of 50,000 random-row DELETEs (a purge job's batch): the SQL thread
+    # spends several seconds inside it, so the gate measures it alone without its
+    # position moving, and DELETEs do not count for the early stop there.
+    for _ in range(50_000):
+        cur.execute(f"DELETE FROM {TABLE} WHERE id = %s", (ids.own_deletable(2),))
+    return 50_000
+
+
 WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "update_pk": ("random primary-key UPDATEs of a non-indexed column", _w_update),
     "update_pk_stmt": ("update_pk logged as statements (binlog_format=STATEMENT)", _w_update),
@@ -150,6 +167,7 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "insert_stmt": ("insert logged as statements (binlog_format=STATEMENT)", _w_insert),
     "mixed": ("50% update, 20% indexed update, 15% delete, 15% insert", _w_mixed),
     "multi_row": ("transactions of 10 random-row UPDATEs", _w_multi),
+    "delete_big": ("transactions of 50,000 random-row DELETEs", _w_delete_big),
 }
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
 BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT",
@@ -163,7 +181,7 @@ def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, se
     per = changes // threads
 
     def worker(i: int) -> None:
-        ids = Ids(N_ROWS[0], seed * 100 + i)
+        ids = Ids(N_ROWS[0], seed * 100 + i, i, threads)
         conn = sb.source.connect("bench", autocommit=False)
         n = 0
         try:

@@ -102,6 +102,14 @@ static Py_ssize_t number(const unsigned char *s, Py_ssize_t n, Py_ssize_t i)
     return ends_ok(s, n, j) ? j : -1;
 }
 
+/* The end of the run of hex (or bit) digits from j. */
+static Py_ssize_t digits_end(const unsigned char *s, Py_ssize_t n, Py_ssize_t j, int hex)
+{
+    while (j < n && (hex ? is_hex(s[j]) : (s[j] == '0' || s[j] == '1')))
+        j++;
+    return j;
+}
+
 /* A hex or bit literal at i (lookbehind already checked): its end, or 0. */
 static Py_ssize_t hexbit(const unsigned char *s, Py_ssize_t n, Py_ssize_t i)
 {
@@ -109,19 +117,13 @@ static Py_ssize_t hexbit(const unsigned char *s, Py_ssize_t n, Py_ssize_t i)
     if (i + 1 >= n)
         return 0;
     if ((c == 'x' || c == 'X' || c == 'b' || c == 'B') && s[i + 1] == '\'') {
-        int hex = c == 'x' || c == 'X';
-        Py_ssize_t j = i + 2;
-        while (j < n && (hex ? is_hex(s[j]) : (s[j] == '0' || s[j] == '1')))
-            j++;
+        Py_ssize_t j = digits_end(s, n, i + 2, c == 'x' || c == 'X');
         if (j < n && s[j] == '\'' && ends_ok(s, n, j + 1))
             return j + 1;
         return 0;
     }
     if (c == '0' && (s[i + 1] == 'x' || s[i + 1] == 'b')) {
-        int hex = s[i + 1] == 'x';
-        Py_ssize_t j = i + 2;
-        while (j < n && (hex ? is_hex(s[j]) : (s[j] == '0' || s[j] == '1')))
-            j++;
+        Py_ssize_t j = digits_end(s, n, i + 2, s[i + 1] == 'x');
         /* a shorter run would be followed by a digit: it fails the same way */
         if (j > i + 2 && ends_ok(s, n, j))
             return j;
@@ -251,9 +253,8 @@ fingerprint(PyObject *module, PyObject *arg)
             }
         }
         if (end < 0) {  /* the expression would backtrack here: the Python scanner decides */
-            if (lits != small)
-                PyMem_Free(lits);
-            Py_RETURN_NOTIMPLEMENTED;
+            out = Py_NewRef(Py_NotImplemented);
+            goto done;
         }
         Py_ssize_t start = i, piece_end = i;
         if (kind == KIND_N && piece_end > last && s[piece_end - 1] == '-') {
@@ -275,9 +276,8 @@ fingerprint(PyObject *module, PyObject *arg)
             if (count == cap) {
                 Lit *grown = PyMem_Malloc(sizeof(Lit) * (size_t)cap * 2);
                 if (grown == NULL) {
-                    if (lits != small)
-                        PyMem_Free(lits);
-                    return PyErr_NoMemory();
+                    PyErr_NoMemory();
+                    goto done;
                 }
                 memcpy(grown, lits, sizeof(Lit) * (size_t)count);
                 if (lits != small)

@@ -1,15 +1,21 @@
-"""The engine's in-time accounting, between two polls of the SQL thread's position."""
+"""The engine's in-time accounting, between two polls of the SQL thread's position, and inside
+one big transaction, where the position stands still."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from lagd.mysql.errors import DatabaseError, Kind
+from lagd.mysql.progress import ApplierTrx
 from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine, _Trx
-from lagd.prefetch.pool import Outcome
+from lagd.prefetch.pool import Outcome, PoolCounters
+from lagd.relaylog import Column, RelayPosition, RowChange, RowKind, TableInfo
 
 
 @dataclass
@@ -64,3 +70,200 @@ def test_without_a_rate_the_last_polled_position_decides() -> None:
     eng._on_done(Probe(), 4, Outcome("ok", 16, 0.01))
     eng._on_done(Probe(), 3, Outcome("ok", 16, 0.01))
     assert (eng.counters.in_time, eng.counters.late) == (1, 1)
+
+
+# ----- inside one big transaction: InnoDB's count places the SQL thread -------------
+
+@pytest.mark.parametrize(("counted", "at", "rate", "now", "latency", "behind"), [
+    (5_000, 10.0, None, 10.5, 0.05, 5_000),     # no rate yet: the count alone
+    (5_000, 10.0, 0.0, 10.5, 0.05, 5_000),
+    (5_000, 10.0, 4_000.0, 10.0, 0.0, 5_000),   # counted just now, answers at once
+    (5_000, 10.0, 4_000.0, 10.5, 0.0, 7_000),   # half a second on at 4,000 rows/s
+    (5_000, 10.0, 4_000.0, 10.5, 0.05, 7_200),  # and a probe's 50 ms
+    (5_000, 10.0, 4_000.0, 9.0, 0.0, 5_000),    # a clock before the count: not backwards
+])
+def test_rows_behind(counted: int, at: float, rate: float | None, now: float, latency: float,
+                     behind: int) -> None:
+    assert control.rows_behind(counted, at, rate, now, latency) == behind
+
+
+class InsideMonitor:
+    """The applier's open transaction as the test sets it, or the error it raises."""
+
+    def __init__(self) -> None:
+        self.trx: ApplierTrx | None = None
+        self.error: Exception | None = None
+        self.asked = 0
+
+    async def applier_trx(self) -> ApplierTrx | None:
+        self.asked += 1
+        if self.error is not None:
+            raise self.error
+        return self.trx
+
+
+class InsidePool:
+    size = 4
+    queued = 0
+    _on_done: Any = None
+
+    def __init__(self) -> None:
+        self.counters = PoolCounters()
+        self.tags: list[Any] = []
+
+    def submit(self, probe: Any, tag: Any) -> bool:
+        self.tags.append(tag)
+        return True
+
+
+class OneKeyBatcher:
+    def add(self, e: RowChange) -> list[Probe]:
+        return [Probe(1)]
+
+    def flush(self) -> list[Probe]:
+        return []
+
+    def reset(self) -> None:
+        pass
+
+
+def inside_engine(clock: list[float]) -> tuple[PrefetchEngine, InsideMonitor, InsidePool]:
+    """An engine with probes allowed, the SQL thread inside transaction 1 (5,000 rows read)."""
+    limits = control.limits_for(10, 1000, 64 << 20, 30.0, 256 << 20, 0.25)
+    tuning = control.Tuning(10, 1000, 4, 8, adaptive=True)
+    mon, pool = InsideMonitor(), InsidePool()
+    reader = SimpleNamespace(decoder=SimpleNamespace(resolver=None, invalidate=lambda tables: None),
+                             position=RelayPosition("relay.000001", 4))
+    eng = PrefetchEngine(reader=reader, monitor=mon, pool=pool, batcher=OneKeyBatcher(),  # type: ignore[arg-type]
+                         limits=limits, tuning=tuning, clock=lambda: clock[0])
+    eng.state, eng.gate_state = "active", control.Gate(True, "open", 0.5, True)
+    eng._sample = SimpleNamespace(status=SimpleNamespace(sql_running=True))  # type: ignore[assignment]
+    big = _Trx(1, 0.0, rows=5_000)
+    eng._ahead.append(big)
+    eng._by_seq[1] = big
+    eng._current, eng._seq = big, 1
+    eng._lead_rows = 5_000
+    eng._advance_sql((1, 0), clock[0])
+    return eng, mon, pool
+
+
+def rows(n: int) -> list[RowChange]:
+    t = TableInfo("s", "t", (Column("id", "long", False),), None, (), (0,), "table_map")
+    return [RowChange(t, RowKind.DELETE, (i,), None) for i in range(n)]
+
+
+def test_inside_a_big_transaction_rows_the_sql_thread_is_past_are_not_probed() -> None:
+    clock = [100.0]
+    eng, mon, pool = inside_engine(clock)
+    mon.trx = ApplierTrx("77", 5_400, 12)
+    asyncio.run(eng._count_inside(100.0))
+    eng._consume(rows(1_000))  # rows 5,001-6,000 of the transaction
+    assert eng.counters.skipped == {"overtaken": 400}
+    assert len(pool.tags) == 600 and pool.tags[0] == (1, 5_400)  # in a probe from its row 5,401 on
+    assert eng._current is not None and eng._current.rows_probed == 600
+    lead = eng._lead(100.0)
+    assert (lead.rows, lead.pages) == (600, 600)  # 6,000 read, 5,400 changed; 600 probed ahead
+    mon.trx = ApplierTrx("77", 5_700, 12)
+    asyncio.run(eng._count_inside(100.0))
+    assert eng._lead(100.0).pages == 300  # the SQL thread took half the probed rows in
+
+
+def test_pages_inside_count_every_key_of_a_row() -> None:
+    """A DELETE's probes name each index of its row: two keys a row, two pages left per
+    row the SQL thread has not reached."""
+    clock = [100.0]
+    eng, mon, _pool = inside_engine(clock)
+    eng.batcher.add = lambda e: [Probe(1), Probe(1)]  # type: ignore[method-assign]
+    mon.trx = ApplierTrx("77", 5_000, 12)
+    asyncio.run(eng._count_inside(100.0))
+    eng._consume(rows(1_000))
+    assert eng._lead(100.0).pages == 2_000
+    mon.trx = ApplierTrx("77", 5_750, 12)
+    asyncio.run(eng._count_inside(100.0))
+    assert eng._lead(100.0).pages == 500
+
+
+def test_the_count_moves_on_at_the_rate_measured_inside() -> None:
+    clock = [100.0]
+    eng, mon, _pool = inside_engine(clock)
+    mon.trx = ApplierTrx("77", 1_000, 12)
+    asyncio.run(eng._count_inside(100.0))
+    mon.trx = ApplierTrx("77", 3_000, 12)
+    clock[0] = 101.0
+    asyncio.run(eng._count_inside(101.0))  # 2,000 rows a second inside it
+    clock[0] = 101.5
+    assert eng._behind(1) == 4_000  # half a second on
+    assert eng._lead(101.5).rows == 1_000
+    assert eng._behind(2) == 0  # no other transaction is measured
+
+
+@pytest.mark.parametrize(("row", "in_time"), [(5_399, False), (5_400, True)])
+def test_a_probe_inside_is_in_time_only_ahead_of_the_counted_row(row: int, in_time: bool) -> None:
+    clock = [100.0]
+    eng, mon, _ = inside_engine(clock)
+    mon.trx = ApplierTrx("77", 5_400, 12)
+    asyncio.run(eng._count_inside(100.0))
+    eng._on_done(Probe(), (1, row), Outcome("ok", 16, 0.01))
+    assert (eng.counters.in_time, eng.counters.late) == ((1, 0) if in_time else (0, 1))
+
+
+def test_a_new_transaction_or_none_open_is_not_taken_for_the_old_count() -> None:
+    clock = [100.0]
+    eng, mon, _ = inside_engine(clock)
+    mon.trx = ApplierTrx("77", 4_000, 12)
+    asyncio.run(eng._count_inside(100.0))
+    mon.trx = ApplierTrx("78", 10, 12)  # the next transaction's first rows
+    asyncio.run(eng._count_inside(100.1))
+    assert eng._behind(1) == 10 and eng._inside is not None and eng._inside.rate.value is None
+    mon.trx = None  # between two transactions
+    asyncio.run(eng._count_inside(100.2))
+    assert eng._inside is None and eng._behind(1) == 0
+
+
+def test_the_count_is_asked_only_inside_a_big_head_transaction_while_probes_may_run() -> None:
+    clock = [100.0]
+    eng, _mon, _ = inside_engine(clock)
+    assert eng._wants_inside(100.0)
+    eng._inside_at = 100.0
+    assert not eng._wants_inside(100.0 + control.INSIDE_EVERY / 2)  # asked just now
+    assert eng._wants_inside(100.0 + control.INSIDE_EVERY * 1.01)
+    eng._ahead[0].rows = control.INSIDE_ROWS - 1
+    eng._head_since = 200.0 - control.INSIDE_SECONDS / 2
+    assert not eng._wants_inside(200.0)  # a small head, just reached: the position places it
+    eng._head_since = 200.0 - control.INSIDE_SECONDS * 1.01
+    assert eng._wants_inside(200.0)  # but one the SQL thread has spent a while in is big
+    eng._ahead[0].rows = control.INSIDE_ROWS
+    eng.state, eng.gate_state = "backed_off", control.Gate(False, "the stall is not reads", None, True)
+    assert not eng._wants_inside(200.0)  # kept out: no probes to place, nothing measured
+
+
+def test_without_process_the_count_is_unknown_and_not_asked_again() -> None:
+    clock = [100.0]
+    eng, mon, _ = inside_engine(clock)
+    mon.error = DatabaseError("access denied", kind=Kind.DENIED)
+    asyncio.run(eng._count_inside(100.0))
+    assert eng._inside is None and not eng._wants_inside(200.0) and mon.asked == 1
+    lead = eng._lead(100.0)
+    assert lead.rows == 5_000  # placed by the whole transactions' rate, 0 before a window
+
+
+def test_the_gate_counts_progress_inside_in_bytes_and_the_commit_takes_it_over() -> None:
+    """The gate's apply rate is relay-log bytes: inside a big transaction InnoDB's count
+    times the head's bytes a row, until the commit moves the position past all of it."""
+    clock = [100.0]
+    eng, mon, _pool = inside_engine(clock)
+    head = eng._ahead[0]
+    head.read_bytes = 500_000  # 5,000 rows read: 100 bytes a row
+    mon.trx = ApplierTrx("77", 1_000, 12)
+    asyncio.run(eng._count_inside(100.0))
+    assert eng._inside_bytes() == 100_000
+    head.rows, head.end, head.bytes = 6_000, (1, 600_000), 600_000  # read to its end
+    mon.trx = ApplierTrx("77", 5_000, 12)
+    asyncio.run(eng._count_inside(101.0))
+    assert eng._inside_bytes() == 500_000
+    mon.trx = ApplierTrx("77", 7_000, 12)  # over the rows read: a primary-key UPDATE writes two undo records
+    asyncio.run(eng._count_inside(101.5))
+    assert eng._inside_bytes() == 600_000  # never more than the whole transaction
+    mon.trx = None
+    asyncio.run(eng._count_inside(102.0))
+    assert eng._inside_bytes() == 0  # committed: the position has it

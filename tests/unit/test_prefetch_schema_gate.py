@@ -325,4 +325,4 @@ def test_a_batch_of_statements_is_tagged_with_its_oldest_transaction() -> None:
                           start(200), Statement("s", "DELETE u WHERE id = 2", 0, 0), end(300)]])
     eng, pool = engine(reader)
     asyncio.run(eng._read(1 << 16))
-    assert pool.tags and set(pool.tags) == {1}
+    assert pool.tags and set(pool.tags) == {(1, 0)}  # (transaction, its first row in the batch)

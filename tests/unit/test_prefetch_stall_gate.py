@@ -15,7 +15,7 @@ from lagd.prefetch import engine as engine_module
 from lagd.prefetch.control import Gate, StallWindow, stall_gate
 from lagd.prefetch.engine import PrefetchEngine
 from lagd.prefetch.rewrite import ProbeBatcher
-from lagd.relaylog import Statement
+from lagd.relaylog import RelayPosition, Statement
 
 
 def w(read: float, cpu: float = 0.3, queued: float = 0.0, headroom: float | None = 1.0,
@@ -119,6 +119,33 @@ def test_inside_one_big_transaction_the_read_waits_judge(read_now: float, open_:
     """The SQL thread's position stands still until the transaction commits."""
     stuck = replace(OPEN, rate_before=0.0, judged=(1.0, 0))
     assert stall_gate(stuck, w(read_now, rate=0), prefetching=True).open is open_
+
+
+@pytest.mark.parametrize("rate", [0, 7_000])
+def test_inside_one_big_transaction_the_read_waits_judge_across_its_commit(rate: int) -> None:
+    """Measured alone without a count (no PROCESS; the cursor had not read it): the
+    second its commit moves the position, or its rows counted, are no speed to compare
+    with the 0 measured before."""
+    stuck = replace(OPEN, rate_before=0.0, judged=(1.0, 0))
+    assert stall_gate(stuck, w(0.3, rate=rate), prefetching=True).open
+
+
+@pytest.mark.parametrize(("growth", "debt"), [
+    (control.PURGE_MIN_TRX - 1, 0.0),  # a big transaction's commit or a few: no proxy for bytes
+    (control.PURGE_MIN_TRX, control.PURGE_MIN_TRX * 14e6 / 2),
+])
+def test_purge_debt_counts_many_transactions_not_a_commit(growth: int, debt: float) -> None:
+    assert control._growth_bytes(100, 100 + growth, 2.0, 14e6) == debt
+
+
+def test_a_big_transactions_commit_early_in_a_try_is_not_purge_left_behind() -> None:
+    """delete_big: 3 s into a try that ran the SQL thread 2.5x faster inside a 48,000-row
+    DELETE, its commit (+1 history, 14 MB a transaction) read as 14,112 KiB/s to purge."""
+    g = stall_gate(MEASURING, replace(w(0.5), history=50), prefetching=False)
+    g = stall_gate(g, replace(w(0.4, rate=1500), history=50, trx_bytes=14e6), prefetching=True)  # grace
+    g = stall_gate(g, replace(w(0.35, rate=2500), history=51, trx_bytes=14e6), prefetching=True)
+    g = stall_gate(g, replace(w(0.3, rate=2500), history=51, trx_bytes=14e6), prefetching=True)
+    assert g.open and "probes speed the SQL thread up" in g.reason
 
 
 def test_inside_one_big_transaction_probes_that_pay_go_on_past_the_rebase_time() -> None:
@@ -811,6 +838,7 @@ class StatementReader:
     def __init__(self, batches: list[list[object]], resolver: IndexedResolver) -> None:
         self.batches = batches
         self.decoder = SimpleNamespace(resolver=resolver, invalidate=lambda tables: None)
+        self.position = RelayPosition("relay.000001", 4)
 
     def read(self, budget: int) -> list[object]:
         return self.batches.pop(0) if self.batches else []

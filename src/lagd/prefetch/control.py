@@ -104,6 +104,35 @@ def decide_step(*, sql_running: bool, overtaken: bool, at_tail: bool, enabled: b
     return Step("read", f"lead {lead.transactions} transactions < target {target_transactions}")
 
 
+# Inside a transaction the SQL thread's relay-log position stands still until the
+# commit: InnoDB's count of the rows it changed (mysql.progress) places it there,
+# asked every INSIDE_EVERY seconds while probes may run, once the transaction is big
+# by the rows the cursor read of it or by the time the SQL thread has spent in it.
+# By rows alone (1,000) it was never asked on delete_big: the page budget held the
+# cursor at 871 rows of a 48,000-row transaction, every probed row long applied.
+# InnoDB serves INNODB_TRX from a cache it refreshes only when nobody has read it
+# for 0.1 s (trx0i_s.cc, CACHE_MIN_IDLE_TIME_US): asked every 50 ms the count
+# stood still for 3.7 s while the SQL thread changed 26,000 rows.
+INSIDE_ROWS = 1000
+INSIDE_SECONDS = 0.2
+INSIDE_EVERY = 0.25
+
+
+def rows_behind(counted: int, counted_at: float, rate: float | None, now: float, latency: float) -> int:
+    """How many rows of the big transaction the SQL thread is applying a probe sent at
+    ``now`` would reach too late: InnoDB's count of the rows it changed (taken at
+    ``counted_at``), moved on at its measured rate inside the transaction to ``now`` and
+    through one probe's ``latency``. Without a rate, the count alone.
+
+    Before, the cursor placed the SQL thread by the apply rate of whole transactions,
+    which inside one is 0 (nothing commits): it probed the transaction from its first
+    row, rows the SQL thread had changed long before (delete_big: 6,896 rows probed of
+    193,378, the SQL thread's read share unchanged by them)."""
+    if rate is None or rate <= 0:
+        return counted
+    return counted + int(rate * (max(0.0, now - counted_at) + max(0.0, latency)))
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     """What one evaluation window (a few seconds) showed."""
@@ -339,6 +368,13 @@ PURGE_GROWTH = 10_000
 PURGE_HOLD = 12
 MAX_PURGE_HOLD = 600
 PURGE_SPAN = 4.0  # seconds of probing before purge's falling behind is judged (purge_debt)
+# The history counts transactions, and bytes of debt are its growth times the mean
+# transaction's bytes: a proxy that holds for many like transactions. Growth under this
+# many is one or a few commits, not purge falling behind: one 48,000-row DELETE's
+# commit read as 14 MB/s of debt 3 s into a try that ran its SQL thread 2.5x faster
+# (delete_big), and purge cannot have taken a transaction seconds after its commit,
+# with probes or without.
+PURGE_MIN_TRX = 10
 PURGE_READINGS = 3  # ... on the lowest of this many last readings of the history
 
 
@@ -465,9 +501,9 @@ def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: floa
 def _growth_bytes(start: int | None, end: int | None, seconds: float, trx_bytes: float | None) -> float:
     """The history's growth a second between two readings, in relay-log bytes (0: not known
     or not grown)."""
-    if start is None or end is None or seconds <= 0 or not trx_bytes:
+    if start is None or end is None or seconds <= 0 or not trx_bytes or end - start < PURGE_MIN_TRX:
         return 0.0
-    return max(0.0, (end - start) / seconds) * trx_bytes
+    return (end - start) / seconds * trx_bytes
 
 
 def purge_behind(history_from: int | None, history: int | None) -> str | None:
@@ -641,9 +677,10 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                                " is no longer the one to beat", None, True)
         return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_recent=recent,
                        history_mark=w.history)
-    if gate.rate_before == 0 and done == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
-        # Inside one big transaction the position does not move: the read waits
-        # are all there is to judge by. No new measurement alone here: it would
+    if gate.rate_before == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
+        # Measured alone inside one big transaction, its rows not counted (the position
+        # does not move; without PROCESS, or before the cursor had read it): the read
+        # waits are all there is to judge by. No new measurement alone here: it would
         # have to wait for the SQL thread to pass what was probed, which is the
         # rest of the transaction.
         return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",

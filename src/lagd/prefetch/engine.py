@@ -64,6 +64,21 @@ class _Trx:
     rows: int = 0
     bytes: int = 0
     probed: int = 0  # keys probed for it: pages it may hold in the pool
+    rows_probed: int = 0  # of its rows, those given to the batcher (the last ones read)
+    start: tuple[str, int] = ("", 0)  # its first event's relay-log file and offset
+    read_bytes: int = 0  # relay-log bytes of it the cursor has read (all of them: ``bytes``)
+
+
+@dataclass(slots=True)
+class _Inside:
+    """The SQL thread inside the transaction ``seq`` (the head): InnoDB's count of the
+    rows it changed, when taken, and its rate inside this transaction."""
+
+    seq: int
+    trx_id: str
+    rows: int
+    at: float
+    rate: DecayingRate
 
 
 @dataclass(slots=True)
@@ -131,6 +146,7 @@ class PrefetchEngine:
         self._by_seq: dict[int, _Trx] = {}
         self._current: _Trx | None = None
         self._pending_seq: int | None = None  # oldest transaction with keys not yet in a probe
+        self._pending_row = 0  # and the row of it they start at
         self._seq = 0
         self._applied_seq = 0  # every transaction up to this one is applied
         self._lead_rows = self._lead_bytes = self._lead_pages = 0
@@ -182,6 +198,7 @@ class PrefetchEngine:
         # (while the gate is shut nothing is decoded, so rows are not counted).
         self._gate_pos: tuple[int, int] | None = None
         self._gate_at: float | None = None
+        self._gate_inside = 0  # _inside_bytes at the last gate check
         self._gate_threads: tuple[int, ...] = ()  # the applier threads at the last gate check
         self._threads_at: float | None = None  # when those were first seen sampled
         self._stall_seen: dict[str, float] = {}
@@ -193,6 +210,11 @@ class PrefetchEngine:
         # while the gate measures or probes may run; not asked again once the server
         # refused it (no PROCESS: _history_readable). Use it through _history().
         self.purge_history: int | None = None
+        # The SQL thread's progress inside a big head transaction (control.rows_behind);
+        # None: not inside one, or not counted yet. Not asked again once refused.
+        self._inside: _Inside | None = None
+        self._inside_at = 0.0
+        self._inside_readable = True
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
         # The batcher's (rows, moving, deletes) when the gate last opened on a measurement: a try's
         # first rows are judged by what kind they are (control.moved_entries). None: no try.
@@ -210,12 +232,13 @@ class PrefetchEngine:
     # ----- accounting ---------------------------------------------------
 
     def _on_done(self, probe: Any, tag: Any, outcome: Outcome) -> None:
-        trx = self._by_seq.get(tag) if isinstance(tag, int) else None
+        seq, row = tag if isinstance(tag, tuple) else (tag, 0)
+        trx = self._by_seq.get(seq) if isinstance(seq, int) else None
         if outcome.status == "dropped":
             self.counters.dropped += 1
         elif outcome.status == "ok":
             self.counters.rows_done += probe.rows
-            if isinstance(tag, int) and tag > self._sql_seq_estimate():
+            if isinstance(seq, int) and seq > self._sql_seq_estimate() and row >= self._behind(seq):
                 self.counters.in_time += 1
             else:
                 self.counters.late += 1
@@ -242,6 +265,36 @@ class PrefetchEngine:
             return float(self._applied_seq)
         rate = self._trx_rate.value or 0.0
         return self._applied_seq + rate * max(0.0, self._clock() - self._sql_seen_at)
+
+    def _behind(self, seq: int, probe: bool = False) -> int:
+        """Rows of transaction ``seq`` the SQL thread is past (measured inside the head
+        transaction; 0 for any other, or before a count); with ``probe``, past by the time
+        a probe sent now answers."""
+        ins = self._inside
+        if ins is None or ins.seq != seq or not self._ahead or self._ahead[0].seq != seq:
+            return 0
+        return control.rows_behind(ins.rows, ins.at, ins.rate.value, self._clock(),
+                                   self._probe_latency() if probe else 0.0)
+
+    def _inside_bytes(self) -> int:
+        """The SQL thread's progress inside the head transaction in relay-log bytes, for the
+        gate's apply rate, which counts bytes and would see none until the commit:
+        InnoDB's row count times the head's bytes a row (0: not counted)."""
+        ins, head = self._inside, self._ahead[0] if self._ahead else None
+        if ins is None or head is None or ins.seq != head.seq or not head.rows:
+            return 0
+        if head.bytes:  # read to its end: never more than all of it
+            return min(head.bytes, ins.rows * head.bytes // head.rows)
+        return ins.rows * head.read_bytes // head.rows
+
+    def _probe_latency(self) -> float:
+        """A probe's mean time from submit to answer so far (0 before the first)."""
+        pool = self.pool
+        pc = pool.counters
+        if not pc.issued:
+            return 0.0
+        # Behind the probes queued for a session, one after another.
+        return pc.latency_sum / pc.issued * (1 + pool.queued / max(1, pool.size))
 
     def _start_probation(self) -> None:
         # Without the adaptive control there is no check to pass: full speed.
@@ -281,9 +334,20 @@ class PrefetchEngine:
     def _lead(self, now: float) -> control.Lead:
         pages, rows = self._lead_pages, self._lead_rows
         head = self._ahead[0] if self._ahead else None
-        if head is not None and self._head_since is not None and head.rows > 1000:
-            # Inside a huge transaction Relay_Log_Pos stands still until it
-            # commits; assume the SQL thread eats rows at its recent rate.
+        ins = self._inside
+        if head is not None and ins is not None and ins.seq == head.seq:
+            # Inside a big transaction Relay_Log_Pos stands still until it commits:
+            # InnoDB's count places the SQL thread. Its keys probed are spread over the
+            # last rows read of it (a row may have several: a DELETE's every index); rows
+            # before them were passed by, or read while probes were held.
+            eaten = self._behind(head.seq)
+            span = head.rows_probed
+            if span > 0:
+                ahead = max(0, head.rows - max(eaten, head.rows - span))
+                pages = max(0, pages - (head.probed - head.probed * ahead // span))
+            rows = max(0, rows - eaten)
+        elif head is not None and self._head_since is not None and head.rows > 1000:
+            # Not counted (no PROCESS, or not yet): its recent rate places it.
             eaten = int(self._apply_rows_per_s * (now - self._head_since))
             pages, rows = max(0, pages - eaten), max(0, rows - eaten)
         seconds = 0.0
@@ -299,6 +363,7 @@ class PrefetchEngine:
         self._applied_seq = self._seq
         self._lead_rows = self._lead_bytes = self._lead_pages = 0
         self._pending_seq = None
+        self._inside = None
         self.batcher.reset()
 
     # ----- the cursor ---------------------------------------------------
@@ -306,7 +371,7 @@ class PrefetchEngine:
     def _submit(self, probes: list[Any]) -> None:
         # A batch can hold keys of several transactions; it is tagged with the
         # oldest, so "in time" means in time for all of them.
-        tag = self._pending_seq if self._pending_seq is not None else self._seq
+        tag = (self._pending_seq, self._pending_row) if self._pending_seq is not None else (self._seq, 0)
         held = self.gate.held_names
         for p in probes:
             if held and p.kind == "statement" and self.gate.held(f"{p.schema}.{p.table}"):
@@ -317,7 +382,7 @@ class PrefetchEngine:
                 continue
             self.counters.probes_submitted += 1
             self.counters.rows_probed += p.rows
-            trx = self._by_seq.get(tag)
+            trx = self._by_seq.get(tag[0])
             if trx is not None:
                 trx.probed += p.rows
             self._lead_pages += p.rows
@@ -380,6 +445,11 @@ class PrefetchEngine:
         gate = self.gate
         held = gate.held_names
         add = self.batcher.add
+        # Inside a big transaction: its rows the SQL thread has changed (or will have
+        # by the time a probe answers) are passed without a probe.
+        head = self._ahead[0] if self._ahead else None
+        behind_seq = head.seq if head is not None else -1
+        behind = self._behind(behind_seq, probe=True)
         for e in batch:
             if isinstance(e, RowChange):
                 c.row_changes += 1
@@ -391,14 +461,19 @@ class PrefetchEngine:
                 if cur is not None:
                     cur.rows += 1
                     self._lead_rows += 1
+                    if cur.rows <= behind and cur.seq == behind_seq:
+                        self._skip("overtaken")
+                        continue
+                    cur.rows_probed += 1
                 if self._pending_seq is None:
                     self._pending_seq = self._seq
+                    self._pending_row = cur.rows - 1 if cur is not None else 0
                 probes = add(e)
                 if probes:  # most rows only join a batch
                     self._submit(probes)
             elif isinstance(e, TransactionStart):
                 self._seq += 1
-                trx = _Trx(self._seq, e.commit_time)
+                trx = _Trx(self._seq, e.commit_time, start=(e.relay_file, e.relay_offset))
                 self._current = trx
                 self._ahead.append(trx)
                 self._by_seq[trx.seq] = trx
@@ -419,6 +494,7 @@ class PrefetchEngine:
             elif isinstance(e, Statement):
                 if self._pending_seq is None:  # as rows: a batch is in time only if in time for its oldest
                     self._pending_seq = self._seq
+                    self._pending_row = self._current.rows if self._current is not None else 0
                 probes = self.batcher.add_statement(e)
                 if probes:
                     self._submit(probes)
@@ -439,6 +515,10 @@ class PrefetchEngine:
         self._forget(self.reader.decoder, gate.placed())
         self._submit(self.batcher.flush())
         self._pending_seq = None
+        cur = self._current
+        at = self.reader.position
+        if cur is not None and at.file == cur.start[0]:
+            cur.read_bytes = at.offset - cur.start[1]
 
     def _jump(self, pos: RelayPosition) -> None:
         skipped = sum(1 for t in self._ahead if t.probed == 0)
@@ -466,10 +546,50 @@ class PrefetchEngine:
                 self.stall.set_threads(tids or (), looked=tids is not None)
                 next_discovery = now + 2.0
             was_running = running
+            if self._wants_inside(now):
+                await self._count_inside(now)
             self._poll_now.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.poll_active if self._fast_polls() else self.poll_idle):
                     await self._poll_now.wait()
+
+    def _wants_inside(self, now: float) -> bool:
+        """Count the SQL thread's rows inside the head transaction only while probes may
+        run or the gate measures, inside a transaction big by its rows read or by the time the SQL
+        thread has spent in it, and INSIDE_EVERY after the last count."""
+        head = self._ahead[0] if self._ahead else None
+        if head is None or not self._inside_readable or now - self._inside_at < control.INSIDE_EVERY:
+            return False
+        since = self._head_since
+        big = head.rows >= control.INSIDE_ROWS or (
+            head.rows > 0 and since is not None and now - since >= control.INSIDE_SECONDS)
+        return big and self._fast_polls() and bool(self.sql_running)
+
+    async def _count_inside(self, now: float) -> None:
+        """InnoDB's count of the rows the SQL thread changed in its open transaction, tied
+        to the head transaction; unknown (None) when it cannot be asked, and a refusal
+        (no PROCESS) is said once and not asked again."""
+        self._inside_at = now
+        try:
+            trx = await self.monitor.applier_trx()
+        except Exception as e:
+            self._inside = None
+            if kind_of(e) is Kind.DENIED:
+                self._inside_readable = False
+                log.info("cannot count the rows the SQL thread changed inside a big transaction (%s):"
+                         " prefetch places it there by its recent rate; grant PROCESS to lagd's account",
+                         e)
+            return
+        head = self._ahead[0] if self._ahead else None
+        if trx is None or head is None:
+            self._inside = None  # between two transactions: the position places it
+            return
+        ins = self._inside
+        if ins is None or ins.seq != head.seq or ins.trx_id != trx.trx_id or trx.rows_modified < ins.rows:
+            # A new transaction (or one the last count mistook): its rate starts afresh.
+            ins = self._inside = _Inside(head.seq, trx.trx_id, trx.rows_modified, now, DecayingRate(0.5))
+        ins.rows, ins.at = trx.rows_modified, now
+        ins.rate.add(now, trx.rows_modified)
 
     def _fast_polls(self) -> bool:
         """Poll the status every 20 ms only while probes may run or the SQL thread's speed
@@ -726,9 +846,13 @@ class PrefetchEngine:
         if mon.threads != self._gate_threads:
             self._gate_threads, self._threads_at = mon.threads, now
         pos, last = self._sql_pos, self._gate_pos
+        # Inside a big transaction the position stands still: its rows counted by InnoDB
+        # are its progress (at the commit the position takes it back over).
+        inside, inside_last = self._inside_bytes(), self._gate_inside
+        self._gate_inside = inside
         # A new relay-log file in between: its bytes are not comparable; skip the second.
-        applied = pos[1] - last[1] if pos is not None and last is not None and pos[0] == last[0] \
-            and pos[1] >= last[1] else None
+        applied = max(0, pos[1] - last[1] + inside - inside_last) \
+            if pos is not None and last is not None and pos[0] == last[0] and pos[1] >= last[1] else None
         if not self.gate_state.open and self._ahead:
             # Shut, but the SQL thread is still on transactions probed before:
             # their warm pages would count as its speed alone.

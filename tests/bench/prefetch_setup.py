@@ -90,6 +90,11 @@ class Ids:
         r = self.rng.randint((part * q) // self.workers + 1, ((part + 1) * q) // self.workers - 1)
         return 2 * (self.workers * r + self.worker)
 
+    def own_existing(self) -> int:
+        # As existing, but only ids no other writing thread picks (as own_deletable).
+        r = self.rng.randint(1, self.n // self.workers - 1)
+        return 2 * (self.workers * r + self.worker)
+
     def free(self, part: int) -> int:
         # Odd ids: ids % 4 == 1 for one workload, == 3 for the other.
         return 4 * self.rng.randint(0, self.n // 2 - 1) + (1 if part == 0 else 3)
@@ -154,6 +159,16 @@ def _w_delete_big(cur: Any, ids: Ids) -> int:
     return 50_000
 
 
+def _w_update_big_stmt(cur: Any, ids: Ids) -> int:
+    # One transaction of 50,000 random primary-key UPDATEs, as a batch job writes them; on a
+    # STATEMENT or MIXED source each is a statement event: the SQL thread is inside one
+    # transaction for seconds, and only InnoDB's count says where.
+    for _ in range(50_000):
+        cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id = %s",
+                    (f"b{ids.rng.random():.12f}", ids.own_existing()))
+    return 50_000
+
+
 WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "update_pk": ("random primary-key UPDATEs of a non-indexed column", _w_update),
     "update_pk_stmt": ("update_pk logged as statements (binlog_format=STATEMENT)", _w_update),
@@ -168,10 +183,12 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "mixed": ("50% update, 20% indexed update, 15% delete, 15% insert", _w_mixed),
     "multi_row": ("transactions of 10 random-row UPDATEs", _w_multi),
     "delete_big": ("transactions of 50,000 random-row DELETEs", _w_delete_big),
+    "update_big_stmt": ("transactions of 50,000 random primary-key UPDATEs logged as statements",
+                        _w_update_big_stmt),
 }
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
 BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT",
-                 "insert_stmt": "STATEMENT"}
+                 "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

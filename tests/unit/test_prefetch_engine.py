@@ -15,7 +15,7 @@ from lagd.mysql.progress import ApplierTrx
 from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine, _Trx
 from lagd.prefetch.pool import Outcome, PoolCounters
-from lagd.relaylog import Column, RelayPosition, RowChange, RowKind, TableInfo
+from lagd.relaylog import Column, RelayPosition, RowChange, RowKind, Statement, TableInfo
 
 
 @dataclass
@@ -85,6 +85,28 @@ def test_without_a_rate_the_last_polled_position_decides() -> None:
 def test_rows_behind(counted: int, at: float, rate: float | None, now: float, latency: float,
                      behind: int) -> None:
     assert control.rows_behind(counted, at, rate, now, latency) == behind
+
+
+def test_rows_passed_by_take_a_share_of_the_advance_since_the_count() -> None:
+    # Half of 0.55 s at 4,000 rows/s: a row passed that the SQL thread has not reached
+    # costs it a read; a row probed that it has passed only a probe.
+    assert control.rows_behind(5_000, 10.0, 4_000.0, 10.5, 0.05, share=0.5) == 6_100
+    assert control.rows_behind(5_000, 10.0, None, 10.5, 0.05, share=0.5) == 5_000
+
+
+def test_the_cursor_passes_by_fewer_rows_than_the_sql_thread_is_expected_past() -> None:
+    clock = [100.0]
+    eng, mon, pool = inside_engine(clock)
+    mon.trx = ApplierTrx("77", 1_000, 12)
+    asyncio.run(eng._count_inside(100.0))
+    mon.trx = ApplierTrx("77", 3_000, 12)
+    asyncio.run(eng._count_inside(101.0))  # 2,000 rows a second inside it
+    clock[0] = 101.5
+    assert eng._behind(1) == 4_000  # expected: the lead and in-time count on it
+    eng._ahead[0].rows = 3_000
+    eng._consume(rows(2_000))
+    passed = int(3_000 + control.PASS_SHARE * 2_000 * 0.5)
+    assert eng.counters.skipped == {"overtaken": passed - 3_000} and pool.tags[0] == (1, passed)
 
 
 class InsideMonitor:
@@ -267,3 +289,58 @@ def test_the_gate_counts_progress_inside_in_bytes_and_the_commit_takes_it_over()
     mon.trx = None
     asyncio.run(eng._count_inside(102.0))
     assert eng._inside_bytes() == 0  # committed: the position has it
+
+
+class StatementBatcher(OneKeyBatcher):
+    def add_statement(self, e: Statement) -> list[Probe]:
+        return [Probe(1)]
+
+
+def test_statements_inside_count_as_rows_there_but_not_as_rows_applied() -> None:
+    """A MIXED source logs a batch job's single-row UPDATEs as statements: inside its one
+    transaction each is a row to InnoDB's count; applied, they are not row changes."""
+    clock = [100.0]
+    eng, mon, pool = inside_engine(clock)
+    eng.batcher = StatementBatcher()  # type: ignore[assignment]
+    mon.trx = ApplierTrx("77", 5_300, 12)
+    asyncio.run(eng._count_inside(100.0))
+    eng._consume([Statement("s", f"UPDATE t SET c = 1 WHERE id = {i}", 0, 0) for i in range(500)])
+    assert eng.counters.skipped == {"overtaken": 300} and len(pool.tags) == 200
+    assert pool.tags[0] == (1, 5_300)
+    head = eng._ahead[0]
+    assert (head.rows, head.statements) == (5_500, 500)
+    head.end = (1, 100)
+    assert eng._advance_sql((1, 100), 101.0) == 5_000  # the 5,000 row changes, not the statements
+
+
+@pytest.mark.parametrize(("kind", "asked_again"), [
+    (Kind.DENIED, False), (Kind.SCHEMA, False),  # no PROCESS; no performance_schema on a MySQL
+    (Kind.TIMEOUT, True), (Kind.LOST, True),
+])
+def test_a_count_that_fails_is_unknown_and_asked_again_only_when_it_may_answer(
+        kind: Kind, asked_again: bool) -> None:
+    clock = [100.0]
+    eng, mon, _ = inside_engine(clock)
+    mon.trx = ApplierTrx("77", 4_000, 12)
+    asyncio.run(eng._count_inside(100.0))
+    mon.error = DatabaseError("failed", kind=kind)
+    asyncio.run(eng._count_inside(100.5))
+    assert eng._inside is None and eng._behind(1) == 0
+    assert eng._wants_inside(101.0) is asked_again
+
+
+def test_the_gates_rate_counts_rows_inside_from_one_count_to_the_next() -> None:
+    """A first count was made over an unknown time: not progress in the second it lands
+    in; at the commit the position's jump, less what was counted, is."""
+    clock = [100.0]
+    eng, mon, _ = inside_engine(clock)
+    eng._ahead[0].read_bytes = 500_000  # 100 bytes a row
+    seen = []
+    for at, rows in ((100.0, 20_000), (101.0, 25_000), (102.0, 31_000)):
+        mon.trx = ApplierTrx("77", rows, 12)
+        asyncio.run(eng._count_inside(at))
+        seen.append(eng._inside_moved())
+    mon.trx = None  # committed: the position moves on by the whole transaction
+    asyncio.run(eng._count_inside(103.0))
+    seen.append(eng._inside_moved())
+    assert seen == [0, 500_000, 600_000, -3_100_000]  # the jump less the 3,100,000 counted

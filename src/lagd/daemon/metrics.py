@@ -324,7 +324,7 @@ def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
     for attr, name, doc in (
         ("lead_transactions", "lagd_prefetch_lead_transactions",
          "Transactions read ahead of the SQL thread."),
-        ("lead_rows", "lagd_prefetch_lead_rows", "Row changes read ahead of the SQL thread."),
+        ("lead_rows", "lagd_prefetch_lead_rows", "Row changes and statements read ahead of the SQL thread."),
         ("lead_bytes", "lagd_prefetch_lead_bytes", "Relay-log bytes read ahead of the SQL thread."),
         ("lead_seconds", "lagd_prefetch_lead_seconds", "Source-time span read ahead of the SQL thread."),
         ("lead_pages", "lagd_prefetch_lead_pages", "Pages probes are bringing in ahead of the SQL thread."),

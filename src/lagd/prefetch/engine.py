@@ -61,7 +61,8 @@ class _Trx:
     seq: int
     commit_time: float
     end: tuple[int, int] | None = None  # (file sequence, offset): compared per event, kept cheap
-    rows: int = 0
+    rows: int = 0  # row changes and statements read of it
+    statements: int = 0  # of those, statements (not counted as rows applied)
     bytes: int = 0
     probed: int = 0  # keys probed for it: pages it may hold in the pool
     rows_probed: int = 0  # of its rows, those given to the batcher (the last ones read)
@@ -198,7 +199,8 @@ class PrefetchEngine:
         # (while the gate is shut nothing is decoded, so rows are not counted).
         self._gate_pos: tuple[int, int] | None = None
         self._gate_at: float | None = None
-        self._gate_inside = 0  # _inside_bytes at the last gate check
+        # The count and its _inside_bytes at the last gate check.
+        self._gate_inside: tuple[_Inside | None, int] = (None, 0)
         self._gate_threads: tuple[int, ...] = ()  # the applier threads at the last gate check
         self._threads_at: float | None = None  # when those were first seen sampled
         self._stall_seen: dict[str, float] = {}
@@ -215,6 +217,7 @@ class PrefetchEngine:
         self._inside: _Inside | None = None
         self._inside_at = 0.0
         self._inside_readable = True
+        self._inside_warned = False
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
         # The batcher's (rows, moving, deletes) when the gate last opened on a measurement: a try's
         # first rows are judged by what kind they are (control.moved_entries). None: no try.
@@ -266,15 +269,18 @@ class PrefetchEngine:
         rate = self._trx_rate.value or 0.0
         return self._applied_seq + rate * max(0.0, self._clock() - self._sql_seen_at)
 
-    def _behind(self, seq: int, probe: bool = False) -> int:
+    def _behind(self, seq: int, passing: bool = False) -> int:
         """Rows of transaction ``seq`` the SQL thread is past (measured inside the head
-        transaction; 0 for any other, or before a count); with ``probe``, past by the time
-        a probe sent now answers."""
+        transaction; 0 for any other, or before a count); with ``passing``, the rows to
+        pass by unprobed: past by the time a probe sent now answers, counted short
+        (control.PASS_SHARE)."""
         ins = self._inside
         if ins is None or ins.seq != seq or not self._ahead or self._ahead[0].seq != seq:
             return 0
-        return control.rows_behind(ins.rows, ins.at, ins.rate.value, self._clock(),
-                                   self._probe_latency() if probe else 0.0)
+        if passing:
+            return control.rows_behind(ins.rows, ins.at, ins.rate.value, self._clock(),
+                                       self._probe_latency(), control.PASS_SHARE)
+        return control.rows_behind(ins.rows, ins.at, ins.rate.value, self._clock(), 0.0)
 
     def _inside_bytes(self) -> int:
         """The SQL thread's progress inside the head transaction in relay-log bytes, for the
@@ -286,6 +292,16 @@ class PrefetchEngine:
         if head.bytes:  # read to its end: never more than all of it
             return min(head.bytes, ins.rows * head.bytes // head.rows)
         return ins.rows * head.read_bytes // head.rows
+
+    def _inside_moved(self) -> int:
+        """Relay-log bytes to add to the position's progress since the last gate check:
+        inside a big transaction the position stands still and InnoDB's count is the
+        progress, from one count of it to the next (a first count was made over an
+        unknown time); at the commit the position's jump takes over, less what was
+        counted of it."""
+        (was, counted), inside = self._gate_inside, self._inside_bytes()
+        self._gate_inside = (self._inside, inside)
+        return (inside if self._inside is was else 0) - counted
 
     def _probe_latency(self) -> float:
         """A probe's mean time from submit to answer so far (0 before the first)."""
@@ -320,7 +336,7 @@ class PrefetchEngine:
             t = self._ahead.popleft()
             self._by_seq.pop(t.seq, None)
             self._applied_seq = t.seq
-            rows += t.rows
+            rows += t.rows - t.statements
             self._lead_rows -= t.rows
             self._lead_bytes -= t.bytes
             self._lead_pages -= t.probed
@@ -449,7 +465,7 @@ class PrefetchEngine:
         # by the time a probe answers) are passed without a probe.
         head = self._ahead[0] if self._ahead else None
         behind_seq = head.seq if head is not None else -1
-        behind = self._behind(behind_seq, probe=True)
+        behind = self._behind(behind_seq, passing=True)
         for e in batch:
             if isinstance(e, RowChange):
                 c.row_changes += 1
@@ -492,9 +508,22 @@ class PrefetchEngine:
                     # Held until the SQL thread has applied the DDL's whole transaction.
                     gate.hold(self._ddl.pop(), self._key(e.relay_file, e.relay_offset))
             elif isinstance(e, Statement):
+                cur = self._current
+                if cur is not None:
+                    # One row to InnoDB's count inside a big transaction: most statements a
+                    # MIXED source logs change one row. One that changes more puts the count
+                    # ahead of the statements read, and some are passed that could have been
+                    # probed (less gain, never a wrong probe).
+                    cur.rows += 1
+                    cur.statements += 1
+                    self._lead_rows += 1
+                    if cur.rows <= behind and cur.seq == behind_seq:
+                        self._skip("overtaken")
+                        continue
+                    cur.rows_probed += 1
                 if self._pending_seq is None:  # as rows: a batch is in time only if in time for its oldest
                     self._pending_seq = self._seq
-                    self._pending_row = self._current.rows if self._current is not None else 0
+                    self._pending_row = cur.rows - 1 if cur is not None else 0
                 probes = self.batcher.add_statement(e)
                 if probes:
                     self._submit(probes)
@@ -574,11 +603,18 @@ class PrefetchEngine:
             trx = await self.monitor.applier_trx()
         except Exception as e:
             self._inside = None
-            if kind_of(e) is Kind.DENIED:
+            kind = kind_of(e)
+            why = "cannot count the rows the SQL thread changed inside a big transaction (%s): prefetch"
+            if kind in (Kind.DENIED, Kind.SCHEMA):
+                # Refused (no PROCESS) or not answerable here (a MySQL without
+                # performance_schema): said once, not asked again.
                 self._inside_readable = False
-                log.info("cannot count the rows the SQL thread changed inside a big transaction (%s):"
-                         " prefetch places it there by its recent rate; grant PROCESS to lagd's account",
-                         e)
+                fix = "; grant PROCESS to lagd's account" if kind is Kind.DENIED else ""
+                log.info(why + " places it there by its recent rate%s", e, fix)
+            elif kind not in CONNECTION_KINDS and not self._inside_warned:
+                # A lost session is the status poll's to report; anything else once.
+                self._inside_warned = True
+                log.info(why + " places it by its recent rate until a count answers", e)
             return
         head = self._ahead[0] if self._ahead else None
         if trx is None or head is None:
@@ -587,7 +623,7 @@ class PrefetchEngine:
         ins = self._inside
         if ins is None or ins.seq != head.seq or ins.trx_id != trx.trx_id or trx.rows_modified < ins.rows:
             # A new transaction (or one the last count mistook): its rate starts afresh.
-            ins = self._inside = _Inside(head.seq, trx.trx_id, trx.rows_modified, now, DecayingRate(0.5))
+            ins = self._inside = _Inside(head.seq, trx.trx_id, trx.rows_modified, now, DecayingRate(1.0))
         ins.rows, ins.at = trx.rows_modified, now
         ins.rate.add(now, trx.rows_modified)
 
@@ -846,12 +882,9 @@ class PrefetchEngine:
         if mon.threads != self._gate_threads:
             self._gate_threads, self._threads_at = mon.threads, now
         pos, last = self._sql_pos, self._gate_pos
-        # Inside a big transaction the position stands still: its rows counted by InnoDB
-        # are its progress (at the commit the position takes it back over).
-        inside, inside_last = self._inside_bytes(), self._gate_inside
-        self._gate_inside = inside
+        moved = self._inside_moved()
         # A new relay-log file in between: its bytes are not comparable; skip the second.
-        applied = max(0, pos[1] - last[1] + inside - inside_last) \
+        applied = max(0, pos[1] - last[1] + moved) \
             if pos is not None and last is not None and pos[0] == last[0] and pos[1] >= last[1] else None
         if not self.gate_state.open and self._ahead:
             # Shut, but the SQL thread is still on transactions probed before:

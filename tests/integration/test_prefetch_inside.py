@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from lagd.mysql.endpoint import Endpoint
-from lagd.prefetch.rewrite import ProbeBatcher
-from lagd.prefetch.service import PrefetchOptions, build_engine
+from lagd.prefetch.engine import PrefetchEngine
+from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
+from tests.integration.engine_util import run_held
 from tests.integration.test_relaylog_sandbox import wait_received
 
 ROWS = 4000
@@ -67,40 +67,15 @@ def test_rows_the_sql_thread_changed_inside_its_transaction_are_not_probed(
 
 
 async def _run_engine(sb: Sandbox, schema: str) -> tuple[list[int], Any]:
-    dsn = sb.replica().dsn
-    endpoint = Endpoint(dsn.host, dsn.port, dsn.user, dsn.password)
-    # Not adaptive: the table is in memory, so the gate would (rightly) stay out.
-    opts = PrefetchOptions(connections=4, adaptive=False)
-    engine = await build_engine(endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe),
-                                index=sb.relay_log_index(), mariadb=True, pool_bytes=64 << 20)
     after_count: list[int] = []  # keys probed once InnoDB's count said HELD - 1
-    submit = engine.pool.submit
 
-    def recording(probe: Any, tag: Any = None) -> bool:
+    def seen(engine: PrefetchEngine, probe: Any) -> None:
         inside = engine._inside
         if inside is not None and inside.rows >= HELD - 1 and probe.schema == schema:
             after_count.extend(keys_of(probe))
-        return submit(probe, tag)
 
-    engine.pool.submit = recording  # type: ignore[method-assign]
-    stop = asyncio.Event()
-    task = asyncio.create_task(engine.run(stop))
-    await asyncio.sleep(0.5)
-    blocker = sb.replica().connect(schema, autocommit=False)
-    try:
-        with blocker.cursor() as cur:
-            cur.execute(f"SELECT * FROM t WHERE id = {HELD} FOR UPDATE")
-            await asyncio.to_thread(sb.start_sql_thread)
-            for _ in range(100):  # until the count has placed the SQL thread and the cursor moved on
-                if after_count:
-                    break
-                await asyncio.sleep(0.1)
-            await asyncio.sleep(0.5)
-        blocker.commit()
-    finally:
-        blocker.close()
-    await asyncio.to_thread(sb.wait_caught_up, 60)
-    await asyncio.sleep(0.3)
-    stop.set()
-    await task
+    # Not adaptive: the table is in memory, so the gate would (rightly) stay out.
+    engine = await run_held(sb, schema, f"SELECT * FROM t WHERE id = {HELD} FOR UPDATE",
+                            PrefetchOptions(connections=4, adaptive=False), 64 << 20, seen,
+                            lambda _engine: bool(after_count))
     return after_count, engine.snapshot()

@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 
-from lagd.mysql.endpoint import Endpoint
-from lagd.prefetch.rewrite import ProbeBatcher
-from lagd.prefetch.service import PrefetchOptions, build_engine
+from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
+from tests.integration.engine_util import run_held
 from tests.integration.test_relaylog_sandbox import wait_received
 
 ROWS = 5000
@@ -98,38 +97,12 @@ def test_statement_backlog_is_probed_and_the_data_stays_identical(sandbox: Sandb
 
 
 async def _run_engine(sb: Sandbox, schema: str) -> tuple[list[Any], Any, tuple[int, int, int]]:
-    dsn = sb.replica().dsn
-    endpoint = Endpoint(dsn.host, dsn.port, dsn.user, dsn.password)
+    probes: list[Any] = []
     # Not adaptive: the table is in memory, so the controller would (rightly) back off.
     opts = PrefetchOptions(connections=4, adaptive=False, min_lead_transactions=50,
                            max_lead_transactions=400)
-    engine = await build_engine(endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe),
-                                index=sb.relay_log_index(), mariadb=True, pool_bytes=256 << 20)
-    probes: list[Any] = []
-    submit = engine.pool.submit
-
-    def recording(probe: Any, tag: Any = None) -> bool:
-        probes.append(probe)
-        return submit(probe, tag)
-
-    engine.pool.submit = recording  # type: ignore[method-assign]
-    stop = asyncio.Event()
-    task = asyncio.create_task(engine.run(stop))
-    await asyncio.sleep(0.5)
-    blocker = sb.replica().connect(schema, autocommit=False)
-    try:
-        with blocker.cursor() as cur:
-            cur.execute("SELECT * FROM t WHERE id = 1 FOR UPDATE")
-            await asyncio.to_thread(sb.start_sql_thread)
-            for _ in range(300):  # until the cursor has read ahead and probed
-                if engine.counters.probes_submitted >= 20:
-                    break
-                await asyncio.sleep(0.1)
-        blocker.commit()
-    finally:
-        blocker.close()
-    await asyncio.to_thread(sb.wait_caught_up, 60)
-    await asyncio.sleep(0.5)
-    stop.set()
-    await task
+    engine = await run_held(sb, schema, "SELECT * FROM t WHERE id = 1 FOR UPDATE", opts, 256 << 20,
+                            lambda _engine, probe: probes.append(probe),
+                            # until the cursor has read ahead and probed
+                            lambda engine: engine.counters.probes_submitted >= 20)
     return probes, engine.snapshot(), (engine.batcher.rows, engine.batcher.moving, engine.batcher.deletes)

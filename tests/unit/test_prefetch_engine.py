@@ -97,10 +97,8 @@ def test_rows_passed_by_take_a_share_of_the_advance_since_the_count() -> None:
 def test_the_cursor_passes_by_fewer_rows_than_the_sql_thread_is_expected_past() -> None:
     clock = [100.0]
     eng, mon, pool = inside_engine(clock)
-    mon.trx = ApplierTrx("77", 1_000, 12)
-    asyncio.run(eng._count_inside(100.0))
-    mon.trx = ApplierTrx("77", 3_000, 12)
-    asyncio.run(eng._count_inside(101.0))  # 2,000 rows a second inside it
+    count(eng, mon, 1_000, 100.0)
+    count(eng, mon, 3_000, 101.0)  # 2,000 rows a second inside it
     clock[0] = 101.5
     assert eng._behind(1) == 4_000  # expected: the lead and in-time count on it
     eng._ahead[0].rows = 3_000
@@ -149,6 +147,12 @@ class OneKeyBatcher:
         pass
 
 
+def count(eng: PrefetchEngine, mon: InsideMonitor, rows: int, at: float, trx: str = "77") -> None:
+    """InnoDB's count of the SQL thread's transaction ``trx``, asked at ``at``."""
+    mon.trx = ApplierTrx(trx, rows, 12)
+    asyncio.run(eng._count_inside(at))
+
+
 def inside_engine(clock: list[float]) -> tuple[PrefetchEngine, InsideMonitor, InsidePool]:
     """An engine with probes allowed, the SQL thread inside transaction 1 (5,000 rows read)."""
     limits = control.limits_for(10, 1000, 64 << 20, 30.0, 256 << 20, 0.25)
@@ -177,16 +181,14 @@ def rows(n: int) -> list[RowChange]:
 def test_inside_a_big_transaction_rows_the_sql_thread_is_past_are_not_probed() -> None:
     clock = [100.0]
     eng, mon, pool = inside_engine(clock)
-    mon.trx = ApplierTrx("77", 5_400, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 5_400, 100.0)
     eng._consume(rows(1_000))  # rows 5,001-6,000 of the transaction
     assert eng.counters.skipped == {"overtaken": 400}
     assert len(pool.tags) == 600 and pool.tags[0] == (1, 5_400)  # in a probe from its row 5,401 on
     assert eng._current is not None and eng._current.rows_probed == 600
     lead = eng._lead(100.0)
     assert (lead.rows, lead.pages) == (600, 600)  # 6,000 read, 5,400 changed; 600 probed ahead
-    mon.trx = ApplierTrx("77", 5_700, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 5_700, 100.0)
     assert eng._lead(100.0).pages == 300  # the SQL thread took half the probed rows in
 
 
@@ -196,23 +198,19 @@ def test_pages_inside_count_every_key_of_a_row() -> None:
     clock = [100.0]
     eng, mon, _pool = inside_engine(clock)
     eng.batcher.add = lambda e: [Probe(1), Probe(1)]  # type: ignore[method-assign]
-    mon.trx = ApplierTrx("77", 5_000, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 5_000, 100.0)
     eng._consume(rows(1_000))
     assert eng._lead(100.0).pages == 2_000
-    mon.trx = ApplierTrx("77", 5_750, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 5_750, 100.0)
     assert eng._lead(100.0).pages == 500
 
 
 def test_the_count_moves_on_at_the_rate_measured_inside() -> None:
     clock = [100.0]
     eng, mon, _pool = inside_engine(clock)
-    mon.trx = ApplierTrx("77", 1_000, 12)
-    asyncio.run(eng._count_inside(100.0))
-    mon.trx = ApplierTrx("77", 3_000, 12)
+    count(eng, mon, 1_000, 100.0)
     clock[0] = 101.0
-    asyncio.run(eng._count_inside(101.0))  # 2,000 rows a second inside it
+    count(eng, mon, 3_000, 101.0)  # 2,000 rows a second inside it
     clock[0] = 101.5
     assert eng._behind(1) == 4_000  # half a second on
     assert eng._lead(101.5).rows == 1_000
@@ -223,8 +221,7 @@ def test_the_count_moves_on_at_the_rate_measured_inside() -> None:
 def test_a_probe_inside_is_in_time_only_ahead_of_the_counted_row(row: int, in_time: bool) -> None:
     clock = [100.0]
     eng, mon, _ = inside_engine(clock)
-    mon.trx = ApplierTrx("77", 5_400, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 5_400, 100.0)
     eng._on_done(Probe(), (1, row), Outcome("ok", 16, 0.01))
     assert (eng.counters.in_time, eng.counters.late) == ((1, 0) if in_time else (0, 1))
 
@@ -232,10 +229,8 @@ def test_a_probe_inside_is_in_time_only_ahead_of_the_counted_row(row: int, in_ti
 def test_a_new_transaction_or_none_open_is_not_taken_for_the_old_count() -> None:
     clock = [100.0]
     eng, mon, _ = inside_engine(clock)
-    mon.trx = ApplierTrx("77", 4_000, 12)
-    asyncio.run(eng._count_inside(100.0))
-    mon.trx = ApplierTrx("78", 10, 12)  # the next transaction's first rows
-    asyncio.run(eng._count_inside(100.1))
+    count(eng, mon, 4_000, 100.0)
+    count(eng, mon, 10, 100.1, trx="78")  # the next transaction's first rows
     assert eng._behind(1) == 10 and eng._inside is not None and eng._inside.rate.value is None
     mon.trx = None  # between two transactions
     asyncio.run(eng._count_inside(100.2))
@@ -276,15 +271,12 @@ def test_the_gate_counts_progress_inside_in_bytes_and_the_commit_takes_it_over()
     eng, mon, _pool = inside_engine(clock)
     head = eng._ahead[0]
     head.read_bytes = 500_000  # 5,000 rows read: 100 bytes a row
-    mon.trx = ApplierTrx("77", 1_000, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 1_000, 100.0)
     assert eng._inside_bytes() == 100_000
     head.rows, head.end, head.bytes = 6_000, (1, 600_000), 600_000  # read to its end
-    mon.trx = ApplierTrx("77", 5_000, 12)
-    asyncio.run(eng._count_inside(101.0))
+    count(eng, mon, 5_000, 101.0)
     assert eng._inside_bytes() == 500_000
-    mon.trx = ApplierTrx("77", 7_000, 12)  # over the rows read: a primary-key UPDATE writes two undo records
-    asyncio.run(eng._count_inside(101.5))
+    count(eng, mon, 7_000, 101.5)  # over the rows read: a primary-key UPDATE writes two undo records
     assert eng._inside_bytes() == 600_000  # never more than the whole transaction
     mon.trx = None
     asyncio.run(eng._count_inside(102.0))
@@ -302,8 +294,7 @@ def test_statements_inside_count_as_rows_there_but_not_as_rows_applied() -> None
     clock = [100.0]
     eng, mon, pool = inside_engine(clock)
     eng.batcher = StatementBatcher()  # type: ignore[assignment]
-    mon.trx = ApplierTrx("77", 5_300, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 5_300, 100.0)
     eng._consume([Statement("s", f"UPDATE t SET c = 1 WHERE id = {i}", 0, 0) for i in range(500)])
     assert eng.counters.skipped == {"overtaken": 300} and len(pool.tags) == 200
     assert pool.tags[0] == (1, 5_300)
@@ -321,8 +312,7 @@ def test_a_count_that_fails_is_unknown_and_asked_again_only_when_it_may_answer(
         kind: Kind, asked_again: bool) -> None:
     clock = [100.0]
     eng, mon, _ = inside_engine(clock)
-    mon.trx = ApplierTrx("77", 4_000, 12)
-    asyncio.run(eng._count_inside(100.0))
+    count(eng, mon, 4_000, 100.0)
     mon.error = DatabaseError("failed", kind=kind)
     asyncio.run(eng._count_inside(100.5))
     assert eng._inside is None and eng._behind(1) == 0
@@ -337,8 +327,7 @@ def test_the_gates_rate_counts_rows_inside_from_one_count_to_the_next() -> None:
     eng._ahead[0].read_bytes = 500_000  # 100 bytes a row
     seen = []
     for at, rows in ((100.0, 20_000), (101.0, 25_000), (102.0, 31_000)):
-        mon.trx = ApplierTrx("77", rows, 12)
-        asyncio.run(eng._count_inside(at))
+        count(eng, mon, rows, at)
         seen.append(eng._inside_moved())
     mon.trx = None  # committed: the position moves on by the whole transaction
     asyncio.run(eng._count_inside(103.0))

@@ -807,6 +807,30 @@ def test_the_engine_lets_a_try_inside_one_big_delete_run() -> None:
     assert eng.gate_state.open and pool.dropped == 0
 
 
+def test_the_engine_lets_a_try_inside_one_big_delete_run_whatever_the_speed_measured() -> None:
+    """InnoDB's count makes the speed alone inside a transaction more than 0: the engine
+    says it is inside one (the SQL thread has spent 0.2 s in it)."""
+    batcher = SimpleNamespace(rows=0, moving=0, deletes=0)
+    eng, pool = opened_engine(batcher)
+    assert eng.gate_state.rate_before
+    big = engine_module._Trx(1, 0.0, rows=250)
+    eng._ahead.append(big)
+    eng._head_since = -10.0  # the engine's clock counts seconds from 0
+    batcher.rows, batcher.deletes = 250, 250
+    eng._moving_check(eng._try_from)  # type: ignore[arg-type]
+    assert eng.gate_state.open and pool.dropped == 0
+
+
+@pytest.mark.parametrize(("inside", "rate_before", "stops"), [
+    (None, 1000.0, True), (None, 0.0, False),  # not known: the speed measured alone says
+    (True, 1000.0, False), (True, 0.0, False),
+])
+def test_deletes_count_for_the_early_stop_only_outside_one_big_transaction(
+        inside: bool | None, rate_before: float, stops: bool) -> None:
+    gate = replace(OPEN, rate_before=rate_before)
+    assert control.moved_entries(gate, 250, 0, 250, inside=inside).open is not stops
+
+
 def test_the_engine_lets_a_try_on_other_changes_run() -> None:
     batcher = SimpleNamespace(rows=0, moving=0, deletes=0)
     eng, pool = opened_engine(batcher)

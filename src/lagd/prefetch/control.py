@@ -551,20 +551,23 @@ MOVING_SHARE = 0.5
 MOVING_ROWS = 100  # row changes read since the try began before their share is judged
 
 
-def moved_entries(gate: Gate, rows: int, moving: int, deletes: int = 0) -> Gate:
+def moved_entries(gate: Gate, rows: int, moving: int, deletes: int = 0, inside: bool | None = None) -> Gate:
     """A try's first ``rows`` row changes: ``moving`` UPDATEs that move an index entry and
     ``deletes`` DELETEs, both leaving purge index entries to remove (see MOVING_SHARE).
     Pure. Only a try not yet judged to pay: probes that paid (purge counted) have shown
     the SQL thread gains on these changes.
 
-    DELETEs count only where the SQL thread was measured going from transaction to
-    transaction (``rate_before`` > 0). Inside one big transaction (measured alone, its
-    position did not move) purge gets none of its undo before it commits, and a DELETE
-    splits no page: there the gate's other rules judge the try, as before DELETEs
-    counted. An UPDATE that moves an entry splits pages at once, and counts anywhere."""
+    DELETEs count only where the SQL thread goes from transaction to transaction. Inside
+    one big transaction (``inside``: the engine knows by the time the SQL thread has spent
+    in it or InnoDB's count; None: not known there, so its position did not move while
+    measured alone, ``rate_before`` 0) purge gets none of its undo before it commits, and a DELETE splits
+    no page: there the gate's other rules judge the try, as before DELETEs counted. Not
+    by ``rate_before`` alone once InnoDB's count makes it more than 0 inside too. An
+    UPDATE that moves an entry splits pages at once, and counts anywhere."""
     if not gate.open or gate.rate_before is None or gate.since_base > 0 or rows < MOVING_ROWS:
         return gate
-    counted = moving + (deletes if gate.rate_before > 0 else 0)
+    big = gate.rate_before == 0 if inside is None else inside
+    counted = moving + (0 if big else deletes)
     if counted < MOVING_SHARE * rows:
         return gate
     hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))

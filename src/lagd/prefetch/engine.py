@@ -433,7 +433,8 @@ class PrefetchEngine:
         if now is None:
             return
         before = self.gate_state
-        after = control.moved_entries(before, now[0] - start[0], now[1] - start[1], now[2] - start[2])
+        after = control.moved_entries(before, now[0] - start[0], now[1] - start[1], now[2] - start[2],
+                                      inside=self._head_big(self._clock()) or None)
         if after is not before:
             self._move_gate(before, after)
 
@@ -473,17 +474,8 @@ class PrefetchEngine:
                     # Its definition changes before the SQL thread gets here: no probe.
                     self._skip("schema_pending")
                     continue
-                cur = self._current
-                if cur is not None:
-                    cur.rows += 1
-                    self._lead_rows += 1
-                    if cur.rows <= behind and cur.seq == behind_seq:
-                        self._skip("overtaken")
-                        continue
-                    cur.rows_probed += 1
-                if self._pending_seq is None:
-                    self._pending_seq = self._seq
-                    self._pending_row = cur.rows - 1 if cur is not None else 0
+                if not self._take(self._current, behind_seq, behind):
+                    continue
                 probes = add(e)
                 if probes:  # most rows only join a batch
                     self._submit(probes)
@@ -514,16 +506,9 @@ class PrefetchEngine:
                     # MIXED source logs change one row. One that changes more puts the count
                     # ahead of the statements read, and some are passed that could have been
                     # probed (less gain, never a wrong probe).
-                    cur.rows += 1
                     cur.statements += 1
-                    self._lead_rows += 1
-                    if cur.rows <= behind and cur.seq == behind_seq:
-                        self._skip("overtaken")
-                        continue
-                    cur.rows_probed += 1
-                if self._pending_seq is None:  # as rows: a batch is in time only if in time for its oldest
-                    self._pending_seq = self._seq
-                    self._pending_row = cur.rows - 1 if cur is not None else 0
+                if not self._take(cur, behind_seq, behind):
+                    continue
                 probes = self.batcher.add_statement(e)
                 if probes:
                     self._submit(probes)
@@ -548,6 +533,21 @@ class PrefetchEngine:
         at = self.reader.position
         if cur is not None and at.file == cur.start[0]:
             cur.read_bytes = at.offset - cur.start[1]
+
+    def _take(self, cur: _Trx | None, behind_seq: int, behind: int) -> bool:
+        """Count a row change or statement of the transaction being read; False when the
+        SQL thread is past it inside that transaction (passed by, unprobed)."""
+        if cur is not None:
+            cur.rows += 1
+            self._lead_rows += 1
+            if cur.rows <= behind and cur.seq == behind_seq:
+                self._skip("overtaken")
+                return False
+            cur.rows_probed += 1
+        if self._pending_seq is None:  # a batch is in time only if in time for its oldest key
+            self._pending_seq = self._seq
+            self._pending_row = cur.rows - 1 if cur is not None else 0
+        return True
 
     def _jump(self, pos: RelayPosition) -> None:
         skipped = sum(1 for t in self._ahead if t.probed == 0)
@@ -586,13 +586,19 @@ class PrefetchEngine:
         """Count the SQL thread's rows inside the head transaction only while probes may
         run or the gate measures, inside a transaction big by its rows read or by the time the SQL
         thread has spent in it, and INSIDE_EVERY after the last count."""
-        head = self._ahead[0] if self._ahead else None
-        if head is None or not self._inside_readable or now - self._inside_at < control.INSIDE_EVERY:
+        if not self._inside_readable or now - self._inside_at < control.INSIDE_EVERY:
             return False
-        since = self._head_since
-        big = head.rows >= control.INSIDE_ROWS or (
+        return self._head_big(now) and self._fast_polls() and bool(self.sql_running)
+
+    def _head_big(self, now: float) -> bool:
+        """The SQL thread is in a big transaction: counted inside by InnoDB, or big by the
+        rows the cursor has read of it or by the time the SQL thread has spent in it."""
+        head = self._ahead[0] if self._ahead else None
+        if head is None:
+            return False
+        ins, since = self._inside, self._head_since
+        return (ins is not None and ins.seq == head.seq) or head.rows >= control.INSIDE_ROWS or (
             head.rows > 0 and since is not None and now - since >= control.INSIDE_SECONDS)
-        return big and self._fast_polls() and bool(self.sql_running)
 
     async def _count_inside(self, now: float) -> None:
         """InnoDB's count of the rows the SQL thread changed in its open transaction, tied

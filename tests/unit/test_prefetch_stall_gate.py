@@ -148,6 +148,18 @@ def test_a_big_transactions_commit_early_in_a_try_is_not_purge_left_behind() -> 
     assert g.open and "probes speed the SQL thread up" in g.reason
 
 
+def test_inside_one_big_transaction_counted_probes_that_pay_go_on_past_the_rebase_time() -> None:
+    """InnoDB's count gives a speed alone there too (rate_before > 0); measuring alone again
+    would still wait for the rest of the transaction."""
+    g = OPEN
+    for _ in range(int(control.REBASE_SECONDS) + 2):
+        g = stall_gate(g, replace(w(0.3, rate=1500), inside=True), prefetching=True)
+        assert g.open, g.reason
+    for _ in range(int(control.JUDGE_SECONDS)):  # out of it: at the next verdict, measured alone again
+        g = stall_gate(g, w(0.3, rate=1500), prefetching=True)
+    assert not g.open and "measuring it alone again" in g.reason
+
+
 def test_inside_one_big_transaction_probes_that_pay_go_on_past_the_rebase_time() -> None:
     """Measuring alone again would wait for the rest of the transaction."""
     g = replace(OPEN, rate_before=0.0, judged=(1.0, 0))
@@ -443,7 +455,7 @@ def test_a_shut_gate_does_not_measure_the_sql_thread_alone_on_transactions_probe
     eng, _pool = engine_with(fake)
     eng._sql_pos = (1, 0)
     eng._gate_check()
-    eng._ahead.append(SimpleNamespace())  # type: ignore[arg-type]  # a probed transaction still ahead
+    eng._ahead.append(engine_module._Trx(1, 0.0, probed=16))  # a probed transaction still ahead
     for _ in range(3):
         fake.add(on_cpu=0.3, disk_read=0.7)
         eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)

@@ -333,7 +333,10 @@ LOWERED = 0.9  # read share under this x the share before: the probes help (no r
 # old: a cold pool warms as a catch-up goes on, and a workload can change under a
 # backlog (a relay log's bytes a second then mean other work), so an old speed to
 # beat says less and less. Measuring again costs BASE_SECONDS without probes (and
-# the lead's drain) every REBASE_SECONDS: about 2-3% of a 1.2x gain.
+# the lead's drain) every REBASE_SECONDS: about 2-3% of a 1.2x gain. Not inside one
+# big transaction (StallWindow.inside): the SQL thread alone is measured only once it has
+# passed what was probed, which there is the rest of the transaction (a long one would
+# go without probes to its end).
 REBASE_SECONDS = 30.0
 MIN_MEASURED = 0.2  # applier-seconds in a window: less says nothing (a second at a few samples)
 BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to beat
@@ -401,6 +404,7 @@ class StallWindow:
     applied: int | None = 0  # relay-log bytes the SQL thread applied in it; None: not comparable
     history: int | None = None  # InnoDB's purge history length at its end; None: not known
     trx_bytes: float | None = None  # relay-log bytes a transaction lately; None: not known
+    inside: bool = False  # the SQL thread is inside one big transaction (the engine knows)
 
     @property
     def readers(self) -> float:
@@ -432,14 +436,14 @@ class StallWindow:
 
 def stall_window(seconds: dict[str, float], headroom: float | None, wall: float = 0.0,
                  applied: int | None = 0, history: int | None = None,
-                 trx_bytes: float | None = None) -> StallWindow | None:
+                 trx_bytes: float | None = None, inside: bool = False) -> StallWindow | None:
     total = sum(seconds.values())
     if total <= 0:
         return None
     def share(*names: str) -> float:
         return sum(seconds.get(n, 0.0) for n in names) / total
     return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom,
-                       wall, applied, history, trx_bytes)
+                       wall, applied, history, trx_bytes, inside)
 
 
 @dataclass(frozen=True, slots=True)
@@ -684,7 +688,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     if rate >= gate.rate_before * RAISED and gate.rate_before > 0:
         pays = f"probes speed the SQL thread up ({rates})"
         since = gate.since_base + wall
-        if since >= REBASE_SECONDS:
+        if since >= REBASE_SECONDS and not w.inside:
             return Gate(False, f"{pays}; measuring it alone again: its speed of {since:.0f} s ago"
                                " is no longer the one to beat", None, True)
         return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_recent=recent,

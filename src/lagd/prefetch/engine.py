@@ -929,7 +929,7 @@ class PrefetchEngine:
             return
         span = sum(window.values()) / len(mon.threads)
         w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied,
-                                 self._history(now), self._trx_bytes or None)
+                                 self._history(now), self._trx_bytes or None, self._head_big(now))
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
         self._move_gate(before, control.stall_gate(before, w, prefetching=probed > 0))

@@ -139,12 +139,15 @@ def ensure_template(cache_dir: Path, mariadbd: Path, install_db: Path) -> Path:
     work = Path(tempfile.mkdtemp(prefix=".install-", dir=cache_dir))
     log.info("installing a template datadir for %s (once per version) in %s", version, final)
     try:
+        # Its bootstrap server clears its tmpdir of #sql* files too (Server.tmpdir).
+        (work / "tmp").mkdir()
         out = subprocess.run(
             _install_db_argv(install_db, work / "data"),
             capture_output=True,
             text=True,
             timeout=600,
             check=False,
+            env={**os.environ, "TMPDIR": str(work / "tmp")},
         )
         if out.returncode != 0:
             tail = "\n".join((out.stdout + out.stderr).splitlines()[-20:])
@@ -292,6 +295,15 @@ class Server:
         return self.datadir / "mariadbd.err"
 
     @property
+    def tmpdir(self) -> Path:
+        """The server's own tmpdir, beside its datadir (inside it, it would be a schema).
+        Every mariadbd deletes each ``#sql*`` file in its tmpdir as it starts
+        (``mysql_rm_tmp_tables``): servers sharing /tmp lost the internal temporary
+        table of a query running while another one started (CI: "Error on delete of
+        '/tmp/#sql-temptable-...MAI'" on a ``SHOW COLUMNS``)."""
+        return self.datadir.with_name(self.datadir.name + ".tmp")
+
+    @property
     def dsn(self) -> Dsn:
         return Dsn(host="127.0.0.1", port=self.port, user=LAGD_USER, password=LAGD_PASSWORD)
 
@@ -308,6 +320,7 @@ class Server:
             "server-id": str(self.server_id),
             "pid-file": str(self.datadir / "mariadbd.pid"),
             "log-error": str(self.error_log),
+            "tmpdir": str(self.tmpdir),
         }
         return argv + render_options(managed) + render_options(self.options)
 
@@ -318,6 +331,7 @@ class Server:
         if self.is_alive():
             raise SandboxError(f"{self.name} is already running (pid {self.pid})")
         self.error_log.touch()
+        self.tmpdir.mkdir(exist_ok=True)
         self._log_offset = self.error_log.stat().st_size
         with self.error_log.open("ab") as err:
             # stdout/stderr must not inherit the caller's pipes: a detached

@@ -17,7 +17,7 @@ from lagd.sandbox.server import DEFAULT_LOG_FILE_SIZE, Role, SandboxError, norma
 # Options the sandbox derives itself; overriding them would desynchronise it
 # from the server it started.
 _MANAGED = frozenset(
-    {"datadir", "port", "socket", "bind-address", "server-id", "pid-file", "log-error", "user"}
+    {"datadir", "port", "socket", "bind-address", "server-id", "pid-file", "log-error", "user", "tmpdir"}
 )
 _PARALLEL_MODES = ("none", "minimal", "conservative", "optimistic", "aggressive")
 

@@ -84,15 +84,18 @@ class Ids:
         return 2 * self.rng.randint(part * q + 1, (part + 1) * q)
 
     def own_deletable(self, part: int) -> int:
-        # As deletable, but only ids no other writing thread picks: big transactions of
-        # several threads must not wait on each other's row locks.
+        # As deletable, but only ids no other writing thread picks.
         q = self.n // 4
-        r = self.rng.randint((part * q) // self.workers + 1, ((part + 1) * q) // self.workers - 1)
-        return 2 * (self.workers * r + self.worker)
+        return self._own(part * q, (part + 1) * q)
 
     def own_existing(self) -> int:
-        # As existing, but only ids no other writing thread picks (as own_deletable).
-        r = self.rng.randint(1, self.n // self.workers - 1)
+        # As existing, but only ids no other writing thread picks.
+        return self._own(0, self.n)
+
+    def _own(self, lo: int, hi: int) -> int:
+        # An id 2 * i, i within (lo, hi), that only this writing thread picks: big
+        # transactions of several threads must not wait on each other's row locks.
+        r = self.rng.randint(lo // self.workers + 1, hi // self.workers - 1)
         return 2 * (self.workers * r + self.worker)
 
     def free(self, part: int) -> int:

@@ -362,7 +362,7 @@ class PrefetchEngine:
                 ahead = max(0, head.rows - max(eaten, head.rows - span))
                 pages = max(0, pages - (head.probed - head.probed * ahead // span))
             rows = max(0, rows - eaten)
-        elif head is not None and self._head_since is not None and head.rows > 1000:
+        elif head is not None and self._head_since is not None and head.rows > control.INSIDE_ROWS:
             # Not counted (no PROCESS, or not yet): its recent rate places it.
             eaten = int(self._apply_rows_per_s * (now - self._head_since))
             pages, rows = max(0, pages - eaten), max(0, rows - eaten)

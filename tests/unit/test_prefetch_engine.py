@@ -333,3 +333,49 @@ def test_the_gates_rate_counts_rows_inside_from_one_count_to_the_next() -> None:
     asyncio.run(eng._count_inside(103.0))
     seen.append(eng._inside_moved())
     assert seen == [0, 500_000, 600_000, -3_100_000]  # the jump less the 3,100,000 counted
+
+
+# ----- the change buffer, read at each window -----------------------------------------------
+
+class VariablesMonitor:
+    """SHOW GLOBAL VARIABLES as the test sets it, or the error it raises."""
+
+    def __init__(self) -> None:
+        self.variables_now: dict[str, str] = {}
+        self.error: Exception | None = None
+
+    async def variables(self, *names: str) -> dict[str, str]:
+        if self.error is not None:
+            raise self.error
+        return {n: v for n, v in self.variables_now.items() if n in names}
+
+
+class BufferingBatcher:
+    def __init__(self) -> None:
+        self.told: list[tuple[frozenset[str], str]] = []
+
+    def buffer_changes(self, ops: frozenset[str], setting: str = "") -> None:
+        self.told.append((ops, setting))
+
+
+def test_the_change_buffer_setting_is_followed_and_kept_when_it_cannot_be_read(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO")
+    eng = engine([0.0])
+    mon, batcher = VariablesMonitor(), BufferingBatcher()
+    eng.monitor, eng.batcher = mon, batcher  # type: ignore[assignment]
+    asyncio.run(eng._read_change_buffering())
+    assert batcher.told == []  # none buffered, as the batcher starts: nothing to tell
+    mon.variables_now = {"innodb_change_buffering": "all", "innodb_change_buffer_max_size": "25"}
+    asyncio.run(eng._read_change_buffering())
+    asyncio.run(eng._read_change_buffering())  # unchanged: told once
+    assert batcher.told == [(frozenset({"inserts", "delete_marks"}), " (innodb_change_buffering=all)")]
+    mon.error = DatabaseError("statement timeout", kind=Kind.TIMEOUT)
+    asyncio.run(eng._read_change_buffering())
+    asyncio.run(eng._read_change_buffering())
+    assert len(batcher.told) == 1  # unreadable: kept as it was ...
+    assert sum("innodb_change_buffering" in r.getMessage() for r in caplog.records
+               if r.levelname == "INFO" and "cannot" in r.getMessage()) == 1  # ... and said once
+    mon.error, mon.variables_now = None, {"innodb_change_buffering": "none"}  # SET GLOBAL
+    asyncio.run(eng._read_change_buffering())
+    assert batcher.told[-1] == (frozenset(), " (innodb_change_buffering=none)")

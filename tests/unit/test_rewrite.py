@@ -12,6 +12,7 @@ from sqlglot import exp
 from test_inserts import info_rows
 
 from lagd.errors import LagdError
+from lagd.mysql.changebuf import DELETE_MARKS, INSERTS
 from lagd.prefetch.inserts import table_keys
 from lagd.prefetch.rewrite import PrefetchConfigError, Probe, ProbeBatcher, padded_size, plan_table
 from lagd.relaylog import (
@@ -479,3 +480,64 @@ def test_a_ddl_or_a_jump_makes_statements_look_their_tables_up_again() -> None:
     b.forget_tables(None)
     b.add_statement(Statement("shop", "UPDATE p SET k = 2 WHERE id = 2", 0, 0))
     assert b.unknown_tables() == [("shop", "p")]
+
+
+# ----- the change buffer: entries InnoDB buffers are not probed (mysql.changebuf) ------------
+
+BOTH = frozenset({INSERTS, DELETE_MARKS})
+
+
+@pytest.mark.parametrize(("ops", "kind", "before", "after", "expected", "buffered"), [
+    # update_k: the primary key is read to find the row; k's old entry is delete-marked and
+    # its new one inserted, both into the change buffer.
+    (BOTH, U, ROW, (1, 11, "a", "nm1"), [("PRIMARY", "pk", (1,))], 2),
+    (frozenset({DELETE_MARKS}), U, ROW, (1, 11, "a", "nm1"),
+     [("PRIMARY", "pk", (1,)), ("k_1", "secondary", (11, 1))], 1),
+    (frozenset({INSERTS}), U, ROW, (1, 11, "a", "nm1"),
+     [("PRIMARY", "pk", (1,)), ("k_1", "secondary", (10, 1))], 1),
+    # A unique index is read for its uniqueness check and never buffered.
+    (BOTH, U, ROW, (1, 10, "b", "nm1"), [("PRIMARY", "pk", (1,)), ("u_1", "unique", ("a", "b"))], 0),
+    (BOTH, D, ROW, None, [("PRIMARY", "pk", (1,)), ("u_1", "unique", ("a",))], 2),
+    (frozenset({INSERTS}), D, ROW, None,
+     [("PRIMARY", "pk", (1,)), ("k_1", "secondary", (10, 1)), ("name_pfx", "secondary", ("nm1", 1)),
+      ("u_1", "unique", ("a",))], 0),
+    (BOTH, INS, None, (5, 50, "e", "nm5"), [("PRIMARY", "pk", (5,)), ("u_1", "unique", ("e",))], 2),
+    (frozenset({DELETE_MARKS}), INS, None, (5, 50, "e", "nm5"),
+     [("PRIMARY", "pk", (5,)), ("k_1", "secondary", (50, 5)), ("name_pfx", "secondary", ("nm5", 5)),
+      ("u_1", "unique", ("e",))], 0),
+])
+def test_entries_innodb_buffers_are_not_probed(ops: frozenset[str], kind: RowKind, before: tuple | None,
+                                               after: tuple | None, expected: list, buffered: int) -> None:
+    b = ProbeBatcher()
+    b.buffer_changes(ops, " (innodb_change_buffering=x)")
+    assert summary(probes_for(RowChange(ORDERS, kind, before, after), batcher=b)) == sorted(expected)
+    assert b.skipped["change_buffered"] == buffered
+    assert "innodb_change_buffering=x" in b.last_reason["change_buffered"]
+    # The purge counts are the row's whatever is probed: purge still removes those entries.
+    assert (b.moving, b.deletes) == (int(kind is U and before != after), int(kind is D))
+
+
+def test_the_change_buffer_turned_off_probes_every_entry_again() -> None:
+    b = ProbeBatcher()
+    b.buffer_changes(BOTH)
+    b.buffer_changes(frozenset())
+    probes = probes_for(RowChange(ORDERS, INS, None, (5, 50, "e", "nm5")), batcher=b)
+    assert len(probes) == 4 and not b.skipped
+
+
+def test_insert_statements_leave_buffered_entries_unprobed() -> None:
+    b = ProbeBatcher()
+    b.learn_table("shop", "o", ORDERS_INDEXED)
+    sqls = [f"INSERT INTO o (id, k, u, name) VALUES ({i}, {i * 10}, 'u{i}', 'n{i}')" for i in range(1, 5)]
+    plain = [p.index for s in sqls for p in b.add_statement(Statement("shop", s, 0, 0))]
+    plain += [p.index for p in b.flush()]
+    assert sorted(set(plain)) == ["PRIMARY", "k", "name", "u"]
+    b.buffer_changes(BOTH)
+    got = [p.index for s in sqls for p in b.add_statement(Statement("shop", s, 0, 0))]
+    got += [p.index for p in b.flush()]
+    assert sorted(set(got)) == ["PRIMARY", "u"]
+    assert b.skipped["change_buffered"] == 2 * len(sqls)  # k and name, each statement
+    b.buffer_changes(frozenset())  # a shape's plan follows the setting
+    again = [p.index for s in sqls for p in b.add_statement(Statement("shop", s, 0, 0))]
+    again += [p.index for p in b.flush()]
+    assert sorted(set(again)) == ["PRIMARY", "k", "name", "u"]

@@ -242,6 +242,12 @@ class ReplicaMonitor:
                 continue
         return out
 
+    async def variables(self, *names: str) -> dict[str, str]:
+        """Global variables by name; one the server lacks (a later version) is left out."""
+        like = ", ".join(f"'{n}'" for n in names)
+        rows = await self.query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({like})")
+        return {str(r["Variable_name"]).lower(): str(r["Value"]) for r in rows if r["Value"] is not None}
+
     async def variable(self, name: str) -> str | None:
         rows = await self.query(f"SELECT @@GLOBAL.{name} AS v")
         return None if not rows or rows[0]["v"] is None else str(rows[0]["v"])

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lagd.lag_rates import DecayingRate
+from lagd.mysql import changebuf
 from lagd.mysql.errors import CONNECTION_KINDS, Kind, kind_of
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control, stall
@@ -218,6 +219,8 @@ class PrefetchEngine:
         self._inside_at = 0.0
         self._inside_readable = True
         self._inside_warned = False
+        self._changebuf_warned = False
+        self._buffered_ops: frozenset[str] = frozenset()  # mysql.changebuf, as last read
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
         # The batcher's (rows, moving, deletes) when the gate last opened on a measurement: a try's
         # first rows are judged by what kind they are (control.moved_entries). None: no try.
@@ -968,9 +971,34 @@ class PrefetchEngine:
             self._forget(decoder, released)
 
     async def _start_window(self) -> None:
+        await self._read_change_buffering()
         self._win = {"t0": self._clock(), "probed": self.counters.rows_done,
                      "in_time": self.counters.in_time, "late": self.counters.late, "applied_rows": 0,
                      "reads": await self._pool_reads()}
+
+    async def _read_change_buffering(self) -> None:
+        """Which secondary-index changes InnoDB buffers (mysql.changebuf), read at each
+        window since SET GLOBAL changes it at any time: the batcher leaves those entries
+        unprobed. Unreadable: kept as it was, and said once unless the session is lost
+        (the status poll's to report)."""
+        tell = getattr(self.batcher, "buffer_changes", None)
+        if tell is None:
+            return
+        try:
+            got = await self.monitor.variables(*changebuf.VARIABLES)
+        except Exception as e:
+            if kind_of(e) not in CONNECTION_KINDS and not self._changebuf_warned:
+                self._changebuf_warned = True
+                log.info("cannot read innodb_change_buffering (%s): prefetch keeps probing as it did", e)
+            return
+        ops = changebuf.buffered(got)
+        if ops != self._buffered_ops:
+            self._buffered_ops = ops
+            setting = got.get("innodb_change_buffering")
+            tell(ops, f" (innodb_change_buffering={setting})" if setting is not None else "")
+            log.info("prefetch: InnoDB buffers %s of non-unique secondary indexes%s",
+                     " and ".join(sorted(ops)) or "no change",
+                     ": their entries are not probed" if ops else ": every index entry is probed")
 
     async def _pool_reads(self) -> float:
         try:

@@ -4,8 +4,8 @@ On a MIXED-format source (MariaDB's default) an ``INSERT ... VALUES`` reaches
 the replica as a statement, and the rewrite to a SELECT (rewrite_sql) has
 nothing to select: the rows do not exist yet. What the SQL thread will read is
 the leaf page of each index where each new entry goes (InnoDB checks the
-primary and unique keys and inserts into every index; MariaDB 10.11 buffers
-no secondary index change by default). A row-based INSERT is probed for
+primary and unique keys and inserts into every index, but for a non-unique one
+whose inserts it buffers: mysql.changebuf). A row-based INSERT is probed for
 exactly those pages from its after image (rewrite.ProbeBatcher). Here the
 same entries come from the statement's literals:
 
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -140,6 +141,7 @@ class KeyIndex:
     name: str
     columns: tuple[int, ...]  # the ordinals a probe gives values for
     where: str  # their quoted names: `a` or (`a`, `b`)
+    unique: bool = True  # the primary key or a unique index: never change-buffered
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +176,8 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
             continue  # no entry to name: a probe would read every equal value
         probed = ix.columns if ix.unique else ix.columns + tuple(c for c in primary if c not in ix.columns)
         quoted = [quote_ident(names[c]) for c in probed]
-        indexes.append(KeyIndex(ix.name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})"))
+        indexes.append(KeyIndex(ix.name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})",
+                                ix.unique or ix.primary))
     return TableKeys(names, classes, tuple(indexes), frozenset(indexed))
 
 
@@ -294,11 +297,27 @@ class InsertBatcher:
         self.max_keys = max_keys
         self.tables = tables
         self._shapes: dict[tuple[str, str | None], InsertShape | StatementRewrite] = {}
-        # id(shape) -> (shape, the table it was planned for, its steps or None): see plan()
+        # id(shape) -> (shape, the table it was planned for, its steps or None, the entries
+        # a statement leaves to the change buffer): see plan()
         self._plans: dict[int, tuple[InsertShape, TableKeys,
-                                     tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None]] = {}
+                                     tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None,
+                                     int]] = {}
         self._batches: dict[tuple[str, str, KeyIndex], _Entries] = {}
         self._waiting: dict[_Entries, None] = {}  # batches holding entries, oldest first
+        self._buffered = False
+        self.skipped: Counter[str] = Counter()  # the entries left to the change buffer
+
+    @property
+    def buffered(self) -> bool:
+        """InnoDB buffers inserts into non-unique secondary indexes: those entries are
+        not probed (mysql.changebuf)."""
+        return self._buffered
+
+    @buffered.setter
+    def buffered(self, on: bool) -> None:
+        if on != self._buffered:
+            self._buffered = on
+            self._plans.clear()  # made with the other setting
 
     def reset(self) -> None:
         for batch in self._waiting:
@@ -328,8 +347,10 @@ class InsertBatcher:
             if len(self._plans) >= _CACHE_LIMIT:
                 self._plans.clear()
                 self._batches.clear()  # waiting ones stay in _waiting until emitted
-            got = self._plans[id(shape)] = (shape, keys, self._steps(shape, keys))
+            got = self._plans[id(shape)] = (shape, keys, *self._steps(shape, keys))
         steps = got[2]
+        if got[3]:
+            self.skipped["change_buffered"] += got[3]
         if steps is None:
             return [], _refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
                                                         " names a column the replica's table lacks")
@@ -347,18 +368,22 @@ class InsertBatcher:
         return out, None
 
     def _steps(self, shape: InsertShape, keys: TableKeys
-               ) -> tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None:
+               ) -> tuple[tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None, int]:
         made = plan(shape, keys)
         if made is None:
-            return None
+            return None, 0
         steps = []
+        buffered = 0
         for ix, parts in made:
+            if self._buffered and not ix.unique:
+                buffered += 1
+                continue
             key = (shape.schema, shape.table, ix)
             batch = self._batches.get(key)
             if batch is None:
                 batch = self._batches[key] = _Entries(shape.schema, shape.table, ix)
             steps.append((batch, parts))
-        return tuple(steps)
+        return tuple(steps), buffered
 
     def flush(self) -> list[Probe]:
         return [self._emit(b) for b in list(self._waiting)]

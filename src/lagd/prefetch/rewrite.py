@@ -8,6 +8,11 @@ Which index entries the SQL thread will touch, per row change:
 - DELETE: the clustered leaf and every other index, before image.
 - INSERT: the clustered leaf and every other index, after image.
 
+Where InnoDB buffers changes to non-unique secondary indexes
+(``buffer_changes``, mysql.changebuf: MySQL 8.0's default), the SQL thread
+does not read those leaves for the operations buffered, so neither does a
+probe ("change_buffered").
+
 A secondary probe names the index's columns *and* the clustered key's
 (``(k, id) IN ((%s, %s))``): InnoDB stores those key columns in every
 secondary entry, so the probe is a point lookup, where ``k IN (%s)`` on a
@@ -42,6 +47,7 @@ from operator import itemgetter
 from typing import Any
 
 from lagd.errors import LagdError
+from lagd.mysql.changebuf import DELETE_MARKS, INSERTS
 from lagd.prefetch.fingerprint import StatementBatcher
 from lagd.prefetch.inserts import TableKeys
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, index_probe_sql, rewrite_statement
@@ -211,7 +217,22 @@ class ProbeBatcher:
         self._tables: dict[tuple[str, str], TableKeys] = {}
         self._uncounted: dict[tuple[str, str], dict[frozenset[str], int]] = {}
         self._wanted: set[tuple[str, str]] = set()
+        # Non-unique secondary entries InnoDB buffers: (old entries, new entries) not probed.
+        self._buffered = (False, False)
         self.statements = StatementBatcher(max_keys, self.wants, self)
+        self.statements.inserts.skipped = self.skipped  # one count of what was not probed
+
+    def buffer_changes(self, ops: frozenset[str], setting: str = "") -> None:
+        """The secondary-index changes InnoDB buffers (mysql.changebuf.buffered): their
+        entries are not probed, the SQL thread reading none of those pages."""
+        self._buffered = (DELETE_MARKS in ops, INSERTS in ops)
+        self.statements.inserts.buffered = INSERTS in ops
+        what = " and ".join(w for w, on in zip(("delete-marks", "inserts"), self._buffered,
+                                                strict=True) if on)
+        if what:
+            self.last_reason["change_buffered"] = (
+                f"InnoDB buffers {what} of non-unique secondary indexes{setting}: the SQL thread"
+                " does not read those pages, so they are not probed")
 
     @property
     def pending(self) -> int:
@@ -346,12 +367,20 @@ class ProbeBatcher:
                 if new != old:
                     moving = True
                     self._queue(key, after, new, out, plan)
+            skip_old, skip_new = self._buffered
             for ip in plan.others:
                 change_of = ip.change
                 if change_of(before) != change_of(after):
                     moving = moving or _moves(ip.ext_slots, before, after)
-                    self._queue(ip, before, ip.get(before), out, plan)
-                    self._queue(ip, after, ip.get(after), out, plan)
+                    buffered = ip.kind == "secondary"
+                    if buffered and skip_old:
+                        self.skipped["change_buffered"] += 1
+                    else:
+                        self._queue(ip, before, ip.get(before), out, plan)
+                    if buffered and skip_new:
+                        self.skipped["change_buffered"] += 1
+                    else:
+                        self._queue(ip, after, ip.get(after), out, plan)
             self.moving += moving
         else:
             image = change.before if kind is RowKind.DELETE else change.after
@@ -362,8 +391,12 @@ class ProbeBatcher:
             self.deletes += kind is RowKind.DELETE
             if not self._queue(key, image, key.get(image), out, plan):
                 return out or _NO_PROBES
+            skip = self._buffered[kind is not RowKind.DELETE]
             for ip in plan.others:
-                self._queue(ip, image, ip.get(image), out, plan)
+                if skip and ip.kind == "secondary":
+                    self.skipped["change_buffered"] += 1
+                else:
+                    self._queue(ip, image, ip.get(image), out, plan)
         return out or _NO_PROBES
 
     def _queue(self, ip: _IndexPlan, image: tuple[object, ...], value: Any, out: list[Probe],

@@ -5,6 +5,7 @@ Where and as whom lagd connects, and how every session is hardened
 flavor, replica status and the relay-log index (``replica``); the async status
 monitor (``monitor``); driver errors in lagd's words (``errors``), logged once
 and then rarely (``faultlog``); the one reconnect schedule (``backoff``); column
-character sets (``charsets``, no driver needed). No module outside this
+character sets (``charsets``, no driver needed); what InnoDB's change buffer
+takes (``changebuf``, pure). No module outside this
 package (and the sandbox, which starts servers) imports a MySQL driver.
 """

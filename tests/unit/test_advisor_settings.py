@@ -46,6 +46,9 @@ def case(ident: str, *values: Any) -> Any:
 
 
 GIB = 1024 ** 3
+# A lagging replica that reads 5% of its page requests from disk.
+READING: dict[str, Any] = {"lagging": True, "buffer_pool_reads_delta": 5_000,
+                           "buffer_pool_read_requests_delta": 100_000}
 # (rule, settings, expected, a phrase the reason, advice or caveat must contain)
 CASES: list[Any] = [
     # rows_query_log_events
@@ -226,6 +229,29 @@ CASES: list[Any] = [
     case("bufferpool-too-few-requests", R.buffer_pool_working_set,
          load(MY80, "replica", buffer_pool_reads_delta=500, buffer_pool_read_requests_delta=5_000), QUIET,
          "too few"),
+    # change_buffering
+    case("changebuf-mysql84-lagging-reading", R.change_buffering, load(MY84, "replica", **READING),
+         FIRES, "SET GLOBAL innodb_change_buffering=all"),
+    case("changebuf-mysql80-default-all", R.change_buffering, load(MY80, "replica", **READING),
+         QUIET, "already buffers"),
+    case("changebuf-inserts-only", R.change_buffering,
+         load(MY80, "replica", variables={"innodb_change_buffering": "inserts"}, **READING), FIRES,
+         "=inserts"),
+    case("changebuf-no-room", R.change_buffering,
+         load(MY80, "replica", variables={"innodb_change_buffer_max_size": "0"}, **READING), FIRES,
+         "read-miss rate"),
+    case("changebuf-not-lagging", R.change_buffering, load(MY84, "replica", lagging=False), QUIET,
+         "not lagging"),
+    case("changebuf-lag-unknown", R.change_buffering, load(MY84, "replica"), QUIET, "lag unknown"),
+    case("changebuf-no-deltas", R.change_buffering, load(MY84, "replica", lagging=True), QUIET,
+         "no buffer pool"),
+    case("changebuf-hits", R.change_buffering,
+         load(MY84, "replica", **{**READING, "buffer_pool_reads_delta": 50}), QUIET, "not what holds"),
+    case("changebuf-mariadb", R.change_buffering, load(MARIA_REP, "replica", **READING), NA,
+         "removed it in 11.0"),
+    case("changebuf-source-role", R.change_buffering, load(MY84, "source", lagging=True), NA, "applies"),
+    case("changebuf-mysql-without-it", R.change_buffering,
+         load(MY84, "replica", variables={"innodb_change_buffering": None}, **READING), NA, "not found"),
 ]
 
 

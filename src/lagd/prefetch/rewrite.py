@@ -391,7 +391,8 @@ class ProbeBatcher:
             self.deletes += kind is RowKind.DELETE
             if not self._queue(key, image, key.get(image), out, plan):
                 return out or _NO_PROBES
-            skip = self._buffered[kind is not RowKind.DELETE]
+            # A DELETE delete-marks its entries (old), an INSERT adds them (new).
+            skip = self._buffered[1] if kind is RowKind.INSERT else self._buffered[0]
             for ip in plan.others:
                 if skip and ip.kind == "secondary":
                     self.skipped["change_buffered"] += 1

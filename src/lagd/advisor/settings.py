@@ -555,16 +555,21 @@ def binlog_compression(s: ServerSettings) -> Advice:
                   f"a {big:,}-byte transaction with binlog_transaction_compression=OFF")
 
 
+# The read-miss rate the two buffer pool rules judge by, and the page requests it needs.
+MISS_RATE = 0.01
+MIN_REQUESTS = 10_000
+
+
 def buffer_pool_working_set(s: ServerSettings) -> Advice:
     """Every buffer-pool miss is a synchronous random read in the single applier."""
     rule, sev = "buffer_pool_working_set", Severity.WARNING
     reads, requests = s.buffer_pool_reads_delta, s.buffer_pool_read_requests_delta
     if reads is None or requests is None:
         return _quiet(rule, sev, "no Innodb_buffer_pool_reads / _read_requests deltas given")
-    if requests < 10_000:
+    if requests < MIN_REQUESTS:
         return _quiet(rule, sev, f"only {requests:,} page requests in the window: too few to judge")
     miss = reads / requests
-    if miss < 0.01:
+    if miss < MISS_RATE:
         return _quiet(rule, sev, f"read-miss rate {miss:.2%} ({reads:,} of {requests:,} page requests)")
     size = s.int_var("innodb_buffer_pool_size")
     shown = f" (innodb_buffer_pool_size={size:,} bytes)" if size is not None else ""
@@ -598,10 +603,10 @@ def change_buffering(s: ServerSettings) -> Advice:
     if not s.lagging:
         return _quiet(rule, sev, "the replica is not lagging")
     reads, requests = s.buffer_pool_reads_delta, s.buffer_pool_read_requests_delta
-    if reads is None or requests is None or requests < 10_000:
+    if reads is None or requests is None or requests < MIN_REQUESTS:
         return _quiet(rule, sev, "no buffer pool read deltas over enough page requests to judge")
     miss = reads / requests
-    if miss < 0.01:
+    if miss < MISS_RATE:
         return _quiet(rule, sev, f"read-miss rate {miss:.2%}: reads are not what holds the SQL thread")
     return Advice(rule, True, sev,
                   "SET GLOBAL innodb_change_buffering=all on this replica while it catches up (dynamic): "

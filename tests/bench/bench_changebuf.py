@@ -28,15 +28,10 @@ import time
 from typing import Any
 
 from lagd.sandbox.pair import Sandbox, SandboxConfig
+from tests.bench.bench_prefetch import status_of
 
 COUNTERS = ("Innodb_buffer_pool_reads", "Innodb_ibuf_merges", "Innodb_ibuf_merged_inserts",
             "Innodb_ibuf_merged_delete_marks")
-
-
-def _status(sb: Sandbox) -> dict[str, int]:
-    names = ", ".join(f"'{c}'" for c in COUNTERS)
-    rows = sb.replica().query(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
-    return {r["Variable_name"]: int(r["Value"]) for r in rows}
 
 
 def _write(sb: Sandbox, kind: str, n: int, rng: random.Random, top: list[int]) -> None:
@@ -60,11 +55,11 @@ def one(sb: Sandbox, kind: str, mode: str, n: int, rng: random.Random, top: list
     sb.stop_sql_thread()
     _write(sb, kind, n, rng, top)
     sb.replica().query(f"SET GLOBAL innodb_change_buffering = '{mode}'")
-    before, t0 = _status(sb), time.monotonic()
+    before, t0 = status_of(sb.replica(), COUNTERS), time.monotonic()
     sb.start_sql_thread()
     sb.wait_caught_up(timeout=600)
     seconds = time.monotonic() - t0
-    after = _status(sb)
+    after = status_of(sb.replica(), COUNTERS)
     d = {c: after[c] - before[c] for c in COUNTERS}
     return {"kind": kind, "mode": mode, "changes": n, "seconds": round(seconds, 2),
             "reads_per_change": round(d["Innodb_buffer_pool_reads"] / n, 2),

@@ -167,14 +167,15 @@ STATUS_VARS = ("Innodb_buffer_pool_reads", "Innodb_buffer_pool_wait_free", "Inno
                "Innodb_data_writes")
 
 
-def _status(server: Any) -> dict[str, int]:
-    names = ", ".join(f"'{n}'" for n in STATUS_VARS)
+def status_of(server: Any, wanted: tuple[str, ...] = STATUS_VARS) -> dict[str, int]:
+    """Counters of SHOW GLOBAL STATUS, by name, on a sandbox server."""
+    names = ", ".join(f"'{n}'" for n in wanted)
     rows = server.query(f"SHOW GLOBAL STATUS WHERE Variable_name IN ({names})")
     return {r["Variable_name"]: int(r["Value"]) for r in rows}
 
 
 def _pool_reads(server: Any) -> int:
-    return _status(server)["Innodb_buffer_pool_reads"]
+    return status_of(server)["Innodb_buffer_pool_reads"]
 
 
 def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode: str) -> Run:
@@ -203,7 +204,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     if warm:
         rep.query("SELECT COUNT(*) FROM bench.sbtest1 FORCE INDEX (PRIMARY)")
         rep.query("SELECT COUNT(k) FROM bench.sbtest1 FORCE INDEX (k_1)")
-    status0 = _status(rep)
+    status0 = status_of(rep)
     reads0 = status0["Innodb_buffer_pool_reads"]
     child = None
     if prefetch and PROCESS_GRANT[0]:
@@ -283,7 +284,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     server_cpu = (_cpu_seconds(rep.pid) - server_cpu0) if rep.pid else 0.0
     busy1 = _machine_busy()
     machine_busy = (busy1[0] - busy0[0]) / max(1e-9, busy1[1] - busy0[1])  # share of all cores
-    status1 = _status(rep)
+    status1 = status_of(rep)
     reads = status1["Innodb_buffer_pool_reads"] - reads0
     server_io = {k: status1[k] - status0[k] for k in STATUS_VARS}
     server_io["machine_busy_pct"] = round(100 * machine_busy)

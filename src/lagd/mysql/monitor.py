@@ -230,10 +230,15 @@ class ReplicaMonitor:
             own = None  # no PROCESSLIST table (a later MySQL): lagd's own sessions are not counted
         return parse_slots(limits, connected, own)
 
+    async def _show_global(self, what: str, names: tuple[str, ...]) -> list[dict[str, Any]]:
+        """``SHOW GLOBAL STATUS`` or ``VARIABLES``, only the rows of ``names``: one the
+        server lacks (another version) is simply absent."""
+        listed = ", ".join(f"'{n}'" for n in names)
+        return await self.query(f"SHOW GLOBAL {what} WHERE Variable_name IN ({listed})")
+
     async def global_status(self, *names: str) -> dict[str, int]:
         """Counters from SHOW GLOBAL STATUS (missing ones are left out)."""
-        like = " OR ".join(f"Variable_name = '{n}'" for n in names)
-        rows = await self.query(f"SHOW GLOBAL STATUS WHERE {like}")
+        rows = await self._show_global("STATUS", names)
         out = {}
         for r in rows:
             try:
@@ -243,9 +248,8 @@ class ReplicaMonitor:
         return out
 
     async def variables(self, *names: str) -> dict[str, str]:
-        """Global variables by name; one the server lacks (a later version) is left out."""
-        like = ", ".join(f"'{n}'" for n in names)
-        rows = await self.query(f"SHOW GLOBAL VARIABLES WHERE Variable_name IN ({like})")
+        """Global variables by name (missing ones are left out), names lower-cased."""
+        rows = await self._show_global("VARIABLES", names)
         return {str(r["Variable_name"]).lower(): str(r["Value"]) for r in rows if r["Value"] is not None}
 
     async def variable(self, name: str) -> str | None:

@@ -172,6 +172,20 @@ def _w_update_big_stmt(cur: Any, ids: Ids) -> int:
     return 50_000
 
 
+# A child table whose every row references a row of the big table: InnoDB checks each new
+# row's parent_id in the parent's primary key, a random read the SQL thread makes per INSERT.
+CHILD = "child_fk"
+CHILD_DDL = (f"CREATE TABLE IF NOT EXISTS {CHILD} (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+             " parent_id INT NOT NULL, note CHAR(20) NOT NULL DEFAULT '', KEY parent_id (parent_id),"
+             f" CONSTRAINT to_parent FOREIGN KEY (parent_id) REFERENCES {TABLE} (id)) ENGINE=InnoDB")
+
+
+def _w_insert_fk(cur: Any, ids: Ids) -> int:
+    # Parents from the last quarter of the ids, which no workload deletes on the source.
+    cur.execute(f"INSERT INTO {CHILD} (parent_id, note) VALUES (%s, 'fk')", (ids.deletable(3),))
+    return 1
+
+
 WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "update_pk": ("random primary-key UPDATEs of a non-indexed column", _w_update),
     "update_pk_stmt": ("update_pk logged as statements (binlog_format=STATEMENT)", _w_update),
@@ -188,10 +202,14 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "delete_big": ("transactions of 50,000 random-row DELETEs", _w_delete_big),
     "update_big_stmt": ("transactions of 50,000 random primary-key UPDATEs logged as statements",
                         _w_update_big_stmt),
+    "insert_fk": ("INSERTs into a child table whose foreign key references a random row", _w_insert_fk),
+    "insert_fk_stmt": ("insert_fk logged as statements (binlog_format=STATEMENT)", _w_insert_fk),
 }
+# Statements the source runs before a workload, in its backlog: the SQL thread applies them first.
+PREPARE = {"insert_fk": (CHILD_DDL,), "insert_fk_stmt": (CHILD_DDL,)}
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
 BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT",
-                 "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT"}
+                 "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT", "insert_fk_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,
@@ -297,6 +315,8 @@ def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[
             rep.query("CHANGE MASTER TO MASTER_LOG_FILE=%s, MASTER_LOG_POS=%s",
                       (ms["File"], int(ms["Position"])))
             rep.query("START SLAVE IO_THREAD")
+            for sql in PREPARE.get(name, ()):
+                sb.source.query(sql, db="bench")
             w0 = time.monotonic()
             made = _write_workload(sb, fn, changes, seed=i + 1,
                                    binlog_format=BINLOG_FORMAT.get(name))

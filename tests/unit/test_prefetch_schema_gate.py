@@ -326,3 +326,49 @@ def test_a_batch_of_statements_is_tagged_with_its_oldest_transaction() -> None:
     eng, pool = engine(reader)
     asyncio.run(eng._read(1 << 16))
     assert pool.tags and set(pool.tags) == {(1, 0)}  # (transaction, its first row in the batch)
+
+
+def test_a_foreign_keys_parent_held_by_its_ddl_is_not_probed() -> None:
+    """A parent probe names the parent as information_schema described it: like a statement's,
+    it waits for the parent's DDL to be applied (the child's own rows are probed)."""
+    class ParentProbing(FakeBatcher):
+        def add(self, e: RowChange) -> list[FakeProbe]:
+            return [FakeProbe("s", e.table.name), FakeProbe("s", "p", kind="parent")]
+
+    reader = FakeReader([[start(100), Ddl("s", "ALTER TABLE p DROP PRIMARY KEY", ("s.p",), 0), end(200),
+                          start(200), row("t", 1), end(300)]])
+    eng, pool = engine(reader)
+    eng.batcher = ParentProbing()  # type: ignore[assignment]
+    asyncio.run(eng._read(1 << 16))
+    assert [(p.table, p.kind) for p in pool.submitted] == [("t", "pk")]
+    assert eng.counters.skipped == {"schema_pending": 1}
+
+
+def test_the_parents_of_foreign_keys_just_resolved_are_learnt_before_their_rows() -> None:
+    """The rows read with a child's first table map check their parents: the cursor describes
+    those parents in the same read, so the first rows already have their parent probes."""
+    class Referencing(CountingResolver):
+        def take_referenced(self) -> list[tuple[str, str]]:
+            return [("s", "p")]
+
+        def describe(self, schema: str, table: str) -> Any:
+            return ([{"COLUMN_NAME": "id", "COLUMN_TYPE": "int(11)"}],
+                    [{"INDEX_NAME": "PRIMARY", "NON_UNIQUE": 0, "SEQ_IN_INDEX": 1, "COLUMN_NAME": "id",
+                      "SUB_PART": None, "INDEX_TYPE": "BTREE"}])
+
+    order: list[str] = []
+
+    class Learning(FakeBatcher):
+        def learn_table(self, schema: str, table: str, keys: Any) -> None:
+            order.append(f"learn {schema}.{table} {keys.indexes[0].name}")
+
+        def add(self, e: RowChange) -> list[FakeProbe]:
+            order.append(f"row {e.table.name}")
+            return []
+
+    reader = FakeReader([[start(100), row("t", 1), end(200)]])
+    reader.decoder.resolver = Referencing()
+    eng, _ = engine(reader)
+    eng.batcher = Learning()  # type: ignore[assignment]
+    asyncio.run(eng._read(1 << 16))
+    assert order == ["learn s.p PRIMARY", "row t"]

@@ -61,10 +61,10 @@ def test_resolver_pauses_after_a_failed_connect() -> None:
         raise OSError("no route to host")
 
     r = InformationSchemaResolver(connect, retry_after=lambda n: 5.0 * (n + 1), clock=lambda: now[0])
-    assert r._query("s", "t") == ([], [])
+    assert r._query("s", "t") == ([], [], [])
     assert calls == [1]  # a fresh connection failing is not retried at once
     now[0] = 4.9
-    assert r._query("s", "u") == ([], [])
+    assert r._query("s", "u") == ([], [], [])
     assert calls == [1]  # still paused: the reader goes on with the log's metadata
     now[0] = 5.0
     r._query("s", "t")

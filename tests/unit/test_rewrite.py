@@ -18,6 +18,7 @@ from lagd.prefetch.rewrite import PrefetchConfigError, Probe, ProbeBatcher, padd
 from lagd.relaylog import (
     Column,
     Ddl,
+    ForeignKey,
     Index,
     LoadData,
     RowChange,
@@ -541,3 +542,96 @@ def test_insert_statements_leave_buffered_entries_unprobed() -> None:
     again = [p.index for s in sqls for p in b.add_statement(Statement("shop", s, 0, 0))]
     again += [p.index for p in b.flush()]
     assert sorted(set(again)) == ["PRIMARY", "k", "name", "u"]
+
+
+# ----- foreign keys: the parent's entry InnoDB's check reads is probed ---------------------------
+
+# items(id PK, order_id -> orders(id), region + num -> accounts(region, num) (a unique key
+# whose column order differs from the child's), note); needed: (id, order_id, num, region).
+ITEMS = TableInfo(
+    "shop", "items",
+    (col("id"), col("order_id"), col("num", nullable=True), col("region", nullable=True), col("note")),
+    PK,
+    (PK, Index("fk_order", (1,), unique=False), Index("fk_acct", (2, 3), unique=False)),
+    (0, 1, 2, 3), "information_schema",
+    (ForeignKey("to_order", (1,), "shop", "orders", ("id",)),
+     ForeignKey("to_acct", (2, 3), "shop", "accounts", ("num", "region"))),
+)
+ORDERS_KEYS = table_keys(*info_rows([("id", "int(11)"), ("k", "int(11)")], [("PRIMARY", ("id",), True)]))
+ACCOUNTS = table_keys(*info_rows(
+    [("code", "varchar(32)"), ("region", "smallint(6)"), ("num", "bigint(20)")],
+    [("PRIMARY", ("code",), True), ("u_rn", ("region", "num"), True), ("k_num", ("num",), False)]))
+
+
+def parents_known(*tables: tuple[str, object]) -> ProbeBatcher:
+    b = ProbeBatcher()
+    for name, keys in tables:
+        b.learn_table("shop", name, keys)  # type: ignore[arg-type]
+    return b
+
+
+@pytest.mark.parametrize(("kind", "before", "after", "parents"), [
+    # An INSERT checks each key in its parent; the composite one in the unique index's order.
+    (INS, None, (1, 7, 30, 2), [("PRIMARY", "orders", (7,)), ("u_rn", "accounts", (2, 30))]),
+    # A NULL in a key: InnoDB checks nothing.
+    (INS, None, (1, 7, None, 2), [("PRIMARY", "orders", (7,))]),
+    # An UPDATE checks the keys it sets to a new value, and no other.
+    (U, (1, 7, 30, 2), (1, 8, 30, 2), [("PRIMARY", "orders", (8,))]),
+    (U, (1, 7, 30, 2), (1, 7, 31, 2), [("u_rn", "accounts", (2, 31))]),
+    (U, (1, 7, 30, 2), (1, 7, 30, 2), []),
+    # A DELETE of a child checks nothing in its parents.
+    (D, (1, 7, 30, 2), None, []),
+])
+def test_foreign_keys_probe_the_parent_entry_the_check_reads(kind: RowKind, before: tuple | None,
+                                                            after: tuple | None, parents: list) -> None:
+    b = parents_known(("orders", ORDERS_KEYS), ("accounts", ACCOUNTS))
+    probes = probes_for(RowChange(ITEMS, kind, before, after), batcher=b)
+    got = sorted((p.index, p.table, p.params) for p in probes if p.kind == "parent")
+    assert got == sorted(parents)
+    for p in probes:
+        if p.kind == "parent" and p.table == "accounts":
+            assert "FORCE INDEX (`u_rn`)" in p.sql and "(`region`, `num`) IN" in p.sql
+    assert not b.skipped
+
+
+def test_a_parent_not_known_yet_is_asked_for_then_probed() -> None:
+    b = parents_known(("accounts", ACCOUNTS))
+    first = probes_for(RowChange(ITEMS, INS, None, (1, 7, 30, 2)), batcher=b)
+    assert [p.table for p in first if p.kind == "parent"] == ["accounts"]
+    assert b.skipped["parent_unknown"] == 1 and "shop.orders" in b.last_reason["parent_unknown"]
+    assert ("shop", "orders") in b.unknown_tables()
+    b.learn_table("shop", "orders", ORDERS_KEYS)
+    again = probes_for(RowChange(ITEMS, INS, None, (2, 9, 30, 2)), batcher=b)
+    assert sorted(p.table for p in again if p.kind == "parent") == ["accounts", "orders"]
+
+
+def test_a_parent_referenced_by_no_unique_index_is_not_probed() -> None:
+    # InnoDB accepts a foreign key to a non-unique index: a probe by the value would read a range.
+    by_k = table_keys(*info_rows([("id", "int(11)"), ("k", "int(11)")],
+                                 [("PRIMARY", ("id",), True), ("k_1", ("k",), False)]))
+    child = TableInfo("shop", "c", (col("id"), col("k_ref")), PK, (PK, Index("r", (1,), unique=False)),
+                      (0, 1), "information_schema", (ForeignKey("to_k", (1,), "shop", "p", ("k",)),))
+    b = parents_known(("p", by_k))
+    probes = probes_for(RowChange(child, INS, None, (1, 5)), RowChange(child, INS, None, (2, 6)), batcher=b)
+    assert not [p for p in probes if p.kind == "parent"]
+    assert b.skipped["parent_index"] == 2 and "shop.p" in b.last_reason["parent_index"]
+
+
+def test_a_parent_learnt_again_after_a_ddl_is_planned_again() -> None:
+    b = parents_known(("orders", ORDERS_KEYS), ("accounts", ACCOUNTS))
+    probes_for(RowChange(ITEMS, INS, None, (1, 7, None, 2)), batcher=b)
+    # ALTER TABLE orders: its primary key is now (k); the check now reads a unique index on id.
+    b.forget_tables(["shop.orders"])
+    b.learn_table("shop", "orders", table_keys(*info_rows(
+        [("id", "int(11)"), ("k", "int(11)")], [("PRIMARY", ("k",), True), ("u_id", ("id",), True)])))
+    probes = probes_for(RowChange(ITEMS, INS, None, (2, 8, None, 2)), batcher=b)
+    assert [(p.index, p.params) for p in probes if p.kind == "parent"] == [("u_id", (8,))]
+
+
+def test_a_parent_in_an_excluded_schema_is_left_alone() -> None:
+    child = TableInfo("shop", "c", (col("id"), col("pid")), PK, (PK, Index("r", (1,), unique=False)),
+                      (0, 1), "information_schema", (ForeignKey("to_p", (1,), "audit", "p", ("id",)),))
+    b = ProbeBatcher(exclude_schemas=["audit"])
+    probes = probes_for(RowChange(child, INS, None, (1, 5)), batcher=b)
+    assert [p.kind for p in probes] == ["pk", "secondary"] and not b.skipped
+    assert b.unknown_tables() == []

@@ -17,7 +17,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -55,6 +55,8 @@ _BLIND_CHECKS = 3  # seconds to wait for the applier threads' first readings
 # A purge history reading older than this is not used (the gate checks once a second
 # and reads it first; /status shows it only while it is that fresh).
 _HISTORY_FRESH = 5.0
+# Probes that name a table by what information_schema said, not by a table map.
+_BY_NAME = frozenset({"statement", "parent"})
 
 
 @dataclass(slots=True)
@@ -125,6 +127,13 @@ class PrefetchSnapshot:
 
 
 _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
+
+
+def _described(look: Callable[[str, str], Any], tables: Iterable[tuple[str, str]]
+               ) -> list[tuple[str, str, Any]]:
+    """(schema, table, inserts.TableKeys or None: unknown) from the resolver's information_schema
+    rows; in the cursor's thread, the lookups being blocking."""
+    return [(s, t, table_keys(*rows) if (rows := look(s, t)) else None) for s, t in tables]
 
 
 class PrefetchEngine:
@@ -393,8 +402,10 @@ class PrefetchEngine:
         tag = (self._pending_seq, self._pending_row) if self._pending_seq is not None else (self._seq, 0)
         held = self.gate.held_names
         for p in probes:
-            if held and p.kind == "statement" and self.gate.held(f"{p.schema}.{p.table}"):
-                self._skip("schema_pending")  # a statement on a table whose DDL is not applied yet
+            if held and p.kind in _BY_NAME and self.gate.held(f"{p.schema}.{p.table}"):
+                # A statement, or a foreign key's parent, whose DDL is not applied yet: their
+                # probes name the table as information_schema had it, not a table map.
+                self._skip("schema_pending")
                 continue
             if not self.pool.submit(p, tag):
                 self._skip("pool_full")
@@ -409,18 +420,30 @@ class PrefetchEngine:
     async def _read(self, budget: int) -> None:
         """Read on in the cursor's own thread (files, information_schema), then account on the loop."""
         self._forget_stale()
-        self._consume(await self._cursor.call(self.reader.read, budget))
         look = self._describe()
+        batch, parents = await self._cursor.call(self._read_ahead, budget, look)
+        for schema, table, keys in parents:
+            self.batcher.learn_table(schema, table, keys)
+        self._consume(batch)
         unknown = getattr(self.batcher, "unknown_tables", None)
         if look is not None and unknown is not None and (tables := unknown()):
             # Statements name no table map: what their tables are like (for moved_entries
             # and INSERT probes) is looked up off the loop (information_schema, cached).
-            answers = await self._cursor.call(
-                lambda: [(s, t, table_keys(*rows) if (rows := look(s, t)) else None) for s, t in tables])
-            for schema, table, keys in answers:
+            for schema, table, keys in await self._cursor.call(_described, look, tables):
                 self.batcher.learn_table(schema, table, keys)
         if self._try_from is not None:
             self._moving_check(self._try_from)
+
+    def _read_ahead(self, budget: int, look: Callable[[str, str], Any] | None
+                    ) -> tuple[list[Any], list[tuple[str, str, Any]]]:
+        """In the cursor's thread: the next events, and the parent tables of the foreign
+        keys met in them described, so that their rows' parent probes are made at once."""
+        batch = self.reader.read(budget)
+        take = getattr(getattr(getattr(self.reader, "decoder", None), "resolver", None),
+                       "take_referenced", None)
+        if look is None or take is None:
+            return batch, []
+        return batch, _described(look, take())
 
     def _move_counts(self) -> tuple[int, int, int] | None:
         """The batcher's (rows, moving, deletes) (ProbeBatcher.moving), or None."""

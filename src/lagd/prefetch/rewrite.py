@@ -8,6 +8,14 @@ Which index entries the SQL thread will touch, per row change:
 - DELETE: the clustered leaf and every other index, before image.
 - INSERT: the clustered leaf and every other index, after image.
 
+Foreign keys (``TableInfo.foreign_keys``, from information_schema): an
+INSERT, and an UPDATE that sets the key's columns, makes InnoDB look the new
+value up in the parent table's index (the constraint check), so the parent's
+entry is probed too ("parent" probes), unless a column is NULL (no check). The
+parent's indexes come from the same lookup statements use (``learn_table``),
+dropped when a DDL changes the parent. A parent's DELETE or key UPDATE reads
+the child's index; that side is not probed.
+
 Where InnoDB buffers changes to non-unique secondary indexes
 (``buffer_changes``, mysql.changebuf: MySQL 8.0's default), the SQL thread
 does not read those leaves for the operations buffered, so neither does a
@@ -49,9 +57,9 @@ from typing import Any
 from lagd.errors import LagdError
 from lagd.mysql.changebuf import DELETE_MARKS, INSERTS
 from lagd.prefetch.fingerprint import StatementBatcher
-from lagd.prefetch.inserts import TableKeys
+from lagd.prefetch.inserts import KeyIndex, TableKeys
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, index_probe_sql, rewrite_statement
-from lagd.relaylog.events import Ddl, Index, LoadData, RowChange, RowKind, Statement, TableInfo
+from lagd.relaylog.events import Ddl, ForeignKey, Index, LoadData, RowChange, RowKind, Statement, TableInfo
 
 __all__ = [
     "DEFAULT_MAX_KEYS", "MAX_KEYS_LIMIT", "PrefetchConfigError", "Probe", "ProbeBatcher",
@@ -75,6 +83,7 @@ _WHY = {
     "no_column_names": "column names unknown (binlog_row_metadata=MINIMAL and no information_schema)",
     "schema_excluded": "schema excluded from prefetch",
 }
+_PARENT = "parent"  # Probe.kind of a foreign key's look-up in its parent
 
 
 class PrefetchConfigError(LagdError):
@@ -87,7 +96,7 @@ class _Batch:
     __slots__ = ("covering", "index", "keys", "kind", "null_columns", "plan", "probe_columns",
                  "single", "sqls", "text")
 
-    def __init__(self, plan: _IndexPlan, probe_columns: tuple[str, ...],
+    def __init__(self, plan: _IndexPlan | _ParentPlan, probe_columns: tuple[str, ...],
                  null_columns: tuple[str, ...]) -> None:
         self.plan = plan
         self.index, self.kind, self.covering = plan.name, plan.kind, plan.covering
@@ -129,10 +138,49 @@ class _IndexPlan:
         self.masked: dict[int, _Batch] = {}
 
 
+class _Parent:
+    """Where a parent table lives, for a batch (as a TableInfo is for its own indexes)."""
+
+    __slots__ = ("name", "qualified", "schema")
+
+    def __init__(self, schema: str, name: str) -> None:
+        self.schema, self.name, self.qualified = schema, name, f"{schema}.{name}"
+
+
+class _ParentPlan:
+    """One foreign key's look-up in its parent: the parent's unique index over the
+    referenced columns, and the child's values in that index's column order."""
+
+    __slots__ = ("batch", "covering", "get", "keys", "kind", "name", "table", "text")
+
+    def __init__(self, fk: ForeignKey, keys: TableKeys, index: KeyIndex, child: TableInfo) -> None:
+        self.keys = keys  # the parent as learnt: a new learning (DDL) makes a new plan
+        self.table = _Parent(fk.parent_schema, fk.parent_table)
+        self.name, self.kind, self.covering = index.name, _PARENT, True
+        refs = [c.lower() for c in fk.parent_columns]
+        order = [refs.index(keys.names[c]) for c in index.columns]
+        self.get = itemgetter(*(child.slot(fk.columns[i]) for i in order))
+        self.text = any(child.columns[fk.columns[i]].charset is not None for i in order)
+        columns = tuple(fk.parent_columns[i] for i in order)
+        self.batch = _Batch(self, columns, ())
+
+
+def parent_index(fk: ForeignKey, keys: TableKeys) -> KeyIndex | None:
+    """The parent's index the constraint check reads: its primary key or a unique
+    index over exactly the referenced columns; None for any other (InnoDB also
+    accepts a non-unique index or a longer one starting with them, where a probe
+    by the referenced values alone would read a range, not the one entry)."""
+    want = {c.lower() for c in fk.parent_columns}
+    found = [ix for ix in keys.indexes
+             if ix.unique and len(ix.columns) == len(want) and {keys.names[c] for c in ix.columns} == want]
+    return next((ix for ix in found if ix.name == "PRIMARY"), found[0] if found else None)
+
+
 class TablePlan:
     """How one table's row changes become probes; built once per TableInfo."""
 
-    __slots__ = ("key", "not_null_slots", "others", "skipped_indexes", "table", "unprobeable")
+    __slots__ = ("foreign", "key", "not_null_slots", "others", "parents", "skipped_indexes", "table",
+                 "unprobeable")
 
     def __init__(self, table: TableInfo) -> None:
         self.table = table
@@ -140,6 +188,9 @@ class TablePlan:
         self.others: tuple[_IndexPlan, ...] = ()
         self.skipped_indexes: list[tuple[str, str]] = []  # (index, why) for /status
         self.unprobeable: str | None = None
+        # Foreign keys whose columns are decoded; their parent plans once the parent is known.
+        self.foreign: tuple[ForeignKey, ...] = ()
+        self.parents: dict[str, _ParentPlan | None] = {}
         if table.key is None:
             self.unprobeable = "no_key"
         elif all(_SYNTHETIC_NAME.fullmatch(c.name) for c in table.columns):
@@ -161,6 +212,7 @@ class TablePlan:
                 continue
             others.append(_IndexPlan(table, ix, "unique" if ix.unique else "secondary", table.key))
         self.others = tuple(others)
+        self.foreign = tuple(fk for fk in table.foreign_keys if all(c in needed for c in fk.columns))
 
 
 def _unprobeable_index(table: TableInfo, ix: Index, needed: set[int]) -> str | None:
@@ -382,6 +434,8 @@ class ProbeBatcher:
                     else:
                         self._queue(ip, after, ip.get(after), out, plan)
             self.moving += moving
+            if plan.foreign:
+                self._parents(plan, after, before, out)
         else:
             image = change.before if kind is RowKind.DELETE else change.after
             if image is None:
@@ -398,7 +452,42 @@ class ProbeBatcher:
                     self.skipped["change_buffered"] += 1
                 else:
                     self._queue(ip, image, ip.get(image), out, plan)
+            if plan.foreign and kind is RowKind.INSERT:
+                self._parents(plan, image, None, out)
         return out or _NO_PROBES
+
+    def _parents(self, plan: TablePlan, image: tuple[object, ...], before: tuple[object, ...] | None,
+                 out: list[Probe]) -> None:
+        """The parent entries InnoDB's foreign-key checks will read for this new
+        image (``before``: an UPDATE's, whose unchanged keys are not checked)."""
+        for fk in plan.foreign:
+            parent = (fk.parent_schema, fk.parent_table)
+            keys = self._tables.get(parent)
+            if keys is None:
+                if not self.wants(parent[0]):
+                    continue  # a schema kept out of prefetch stays out
+                self.described(*parent)
+                self._skip("parent_unknown", f"{plan.table.qualified}: the parent {parent[0]}.{parent[1]}"
+                                             f" of {fk.name} is not known yet (looked up from"
+                                             " information_schema; lagd's account must see it)")
+                continue
+            pp = plan.parents.get(fk.name)
+            if pp is None or pp.keys is not keys:
+                ix = parent_index(fk, keys)
+                pp = plan.parents[fk.name] = _ParentPlan(fk, keys, ix, plan.table) if ix else None
+                if pp is None:
+                    self.last_reason["parent_index"] = (
+                        f"{plan.table.qualified}: {fk.name} references {parent[0]}.{parent[1]} by columns"
+                        " that are not its primary key or a unique index: not probed")
+            if pp is None:
+                self.skipped["parent_index"] += 1
+                continue
+            value = pp.get(image)
+            if value is None or (type(value) is tuple and None in value):
+                continue  # a NULL in the key: InnoDB checks nothing
+            if before is not None and value == pp.get(before):
+                continue  # an UPDATE that leaves the key as it was: no check
+            self._put(pp.batch, value, out)
 
     def _queue(self, ip: _IndexPlan, image: tuple[object, ...], value: Any, out: list[Probe],
                plan: TablePlan) -> bool:
@@ -409,20 +498,24 @@ class ProbeBatcher:
             if found is None:
                 return False
             batch, value = found
+        self._put(batch, value, out)
+        return True
+
+    def _put(self, batch: _Batch, value: Any, out: list[Probe]) -> None:
+        """Add a key to its batch (once), and the batch to ``out`` when full."""
         self.keys += 1
         keys = batch.keys
         n = len(keys)
         keys[value] = None
         if len(keys) == n:
             self.duplicates += 1
-            return True
+            return
         if n == 0:
             self._waiting[batch] = None
         if n + 1 >= self.max_keys:
             probe = self._emit(batch)
             if probe is not None:
                 out.append(probe)
-        return True
 
     def _with_nulls(self, ip: _IndexPlan, image: tuple[object, ...], plan: TablePlan
                     ) -> tuple[_Batch, Any] | None:

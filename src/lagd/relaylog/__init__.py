@@ -18,6 +18,7 @@ from lagd.relaylog.events import (
     CorruptEvent,
     Ddl,
     Event,
+    ForeignKey,
     Gtid,
     Index,
     LoadData,
@@ -34,7 +35,8 @@ from lagd.relaylog.reader import LogFiles, RelayLogReader, Resynced, read_log_fi
 from lagd.relaylog.schema import InformationSchemaResolver, SchemaResolver, TableMapResolver
 
 __all__ = [
-    "Column", "CorruptEvent", "Ddl", "EncryptedRelayLogError", "Event", "EventDecoder", "Gtid",
+    "Column", "CorruptEvent", "Ddl", "EncryptedRelayLogError", "Event", "EventDecoder", "ForeignKey",
+    "Gtid",
     "Index", "InformationSchemaResolver", "LoadData", "LogFiles", "NotALogFileError", "Position",
     "ReaderStats", "RelayLogAccessError", "RelayLogError", "RelayLogPurgedError",
     "RelayLogReader", "RelayPosition", "Resynced", "RowChange", "RowKind", "RowsQuery",

@@ -39,6 +39,19 @@ class Index:
 
 
 @dataclass(frozen=True, slots=True)
+class ForeignKey:
+    """A foreign key of this table (the child): InnoDB checks each new value of
+    ``columns`` in ``parent_columns`` of the parent table, a read of the parent's
+    index the SQL thread makes for every INSERT and every UPDATE that sets them."""
+
+    name: str
+    columns: tuple[int, ...]  # ordinal positions in the child table
+    parent_schema: str
+    parent_table: str
+    parent_columns: tuple[str, ...]  # in the order of ``columns``
+
+
+@dataclass(frozen=True, slots=True)
 class TableInfo:
     """A table as the reader knows it, and which columns it decodes.
 
@@ -55,6 +68,8 @@ class TableInfo:
     indexes: tuple[Index, ...]
     needed: tuple[int, ...]
     source: str  # "table_map", "information_schema" or "table_map+information_schema"
+    # Only information_schema knows them; the table map never does.
+    foreign_keys: tuple[ForeignKey, ...] = ()
 
     @property
     def probeable(self) -> bool:

@@ -2,7 +2,7 @@
 
 Two sources: the table map itself (``binlog_row_metadata=FULL`` carries names
 and the primary key) and information_schema on the replica, which alone knows
-secondary and unique indexes. The reader asks once per table definition (it
+secondary and unique indexes and foreign keys. The reader asks once per table definition (it
 caches decoders by the table map's bytes) and drops the answer when DDL for
 the table passes in the relay log.
 """
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from lagd.mysql.charsets import codec_for_charset, codec_for_collation
 from lagd.relaylog import _columns as c
 from lagd.relaylog._tablemap import TableMap
-from lagd.relaylog.events import Column, Index, TableInfo
+from lagd.relaylog.events import Column, ForeignKey, Index, TableInfo
 
 log = logging.getLogger("lagd.relaylog.schema")
 
@@ -112,6 +112,29 @@ def btree_indexes(stat_rows: Iterable[Mapping[str, Any]], ordinal: Mapping[str, 
     return indexes
 
 
+def foreign_keys(fk_rows: Iterable[Mapping[str, Any]], ordinal: Mapping[str, int]) -> list[ForeignKey]:
+    """The foreign keys in information_schema.KEY_COLUMN_USAGE rows (those with a
+    REFERENCED_TABLE_NAME, ordered by constraint and ORDINAL_POSITION) over the
+    columns ``ordinal`` numbers."""
+    grouped: dict[str, list[Mapping[str, Any]]] = {}
+    for r in fk_rows:
+        if r.get("REFERENCED_TABLE_NAME") is not None:
+            grouped.setdefault(str(r["CONSTRAINT_NAME"]), []).append(r)
+    out = []
+    for name, parts in grouped.items():
+        if any(p["COLUMN_NAME"] not in ordinal or p.get("REFERENCED_COLUMN_NAME") is None
+               for p in parts):
+            continue
+        out.append(ForeignKey(name, tuple(ordinal[p["COLUMN_NAME"]] for p in parts),
+                              str(parts[0]["REFERENCED_TABLE_SCHEMA"]),
+                              str(parts[0]["REFERENCED_TABLE_NAME"]),
+                              tuple(str(p["REFERENCED_COLUMN_NAME"]) for p in parts)))
+    return out
+
+
+Rows = list[dict[str, Any]]
+
+
 class InformationSchemaResolver(TableMapResolver):
     """Adds indexes (and, without FULL metadata, names) from the replica.
 
@@ -132,8 +155,9 @@ class InformationSchemaResolver(TableMapResolver):
         self._failed_in_a_row = 0
         self._next_try = 0.0
         self._conn: Any = None
-        self._cache: dict[str, tuple[list[dict[str, Any]], list[dict[str, Any]]]] = {}
+        self._cache: dict[str, tuple[Rows, Rows, Rows]] = {}  # COLUMNS, STATISTICS, foreign keys
         self._lock = threading.Lock()
+        self._referenced: dict[tuple[str, str], None] = {}  # parents of the foreign keys resolved
         self.lookups = 0
         self.failures = 0
         self.last_error: str | None = None
@@ -146,14 +170,14 @@ class InformationSchemaResolver(TableMapResolver):
                 for name in tables:
                     self._cache.pop(name, None)
 
-    def _query(self, schema: str, table: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    def _query(self, schema: str, table: str) -> tuple[Rows, Rows, Rows]:
         key = f"{schema}.{table}"
         with self._lock:
             hit = self._cache.get(key)
         if hit is not None:
             return hit
         if self._clock() < self._next_try:
-            return [], []
+            return [], [], []
         self.lookups += 1
         for attempt in (1, 2):
             fresh = self._conn is None
@@ -176,6 +200,15 @@ class InformationSchemaResolver(TableMapResolver):
                         (schema, table),
                     )
                     stats = [self._row(cur, r) for r in cur.fetchall()]
+                    cur.execute(
+                        "SELECT CONSTRAINT_NAME, COLUMN_NAME, REFERENCED_TABLE_SCHEMA,"
+                        " REFERENCED_TABLE_NAME, REFERENCED_COLUMN_NAME"
+                        " FROM information_schema.KEY_COLUMN_USAGE"
+                        " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s AND REFERENCED_TABLE_NAME IS NOT NULL"
+                        " ORDER BY CONSTRAINT_NAME, ORDINAL_POSITION",
+                        (schema, table),
+                    )
+                    fks = [self._row(cur, r) for r in cur.fetchall()]
                 break
             except Exception as exc:  # any failure drops the session
                 self.last_error = str(exc)
@@ -189,19 +222,27 @@ class InformationSchemaResolver(TableMapResolver):
                     self._next_try = self._clock() + pause
                     log.warning("information_schema lookup of %s failed: %s; using the relay log's "
                                 "metadata alone for %.0f s", key, self.last_error, pause)
-                    return [], []
+                    return [], [], []
         self._failed_in_a_row = 0
         with self._lock:
-            self._cache[key] = (cols, stats)
-        return cols, stats
+            self._cache[key] = (cols, stats, fks)
+        return cols, stats, fks
 
     def describe(self, schema: str, table: str
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
         """The table's information_schema COLUMNS and STATISTICS rows as the replica
         has it (cached with the definitions), for statements, which name no table
         map; None when unknown (no such table visible, or the lookup failed)."""
-        cols, stats = self._query(schema, table)
+        cols, stats, _ = self._query(schema, table)
         return (cols, stats) if cols else None
+
+    def take_referenced(self) -> list[tuple[str, str]]:
+        """The (schema, table) parents of the foreign keys in the definitions resolved
+        since the last call: the rows just read will be checked against them, so the
+        prefetch cursor describes them before it rewrites those rows."""
+        with self._lock:
+            out, self._referenced = list(self._referenced), {}
+        return out
 
     @staticmethod
     def _row(cur: Any, row: Any) -> dict[str, Any]:
@@ -220,7 +261,7 @@ class InformationSchemaResolver(TableMapResolver):
 
     def resolve(self, tm: TableMap) -> TableInfo:
         base = super().resolve(tm)
-        cols_rows, stat_rows = self._query(tm.schema, tm.table)
+        cols_rows, stat_rows, fk_rows = self._query(tm.schema, tm.table)
         if len(cols_rows) != tm.column_count:
             if cols_rows:
                 log.info(
@@ -253,7 +294,11 @@ class InformationSchemaResolver(TableMapResolver):
                  if ix.unique and all(not columns[col].nullable for col in ix.columns)),
                 None,
             )
+        fks = tuple(foreign_keys(fk_rows, {n: i for i, n in enumerate(names)}))
+        if fks:
+            with self._lock:
+                self._referenced.update(((fk.parent_schema, fk.parent_table), None) for fk in fks)
         return TableInfo(tm.schema, tm.table, tuple(columns), key, tuple(indexes),
                          _needed(len(columns), indexes, self.decode_all),
-                         "table_map+information_schema" if tm.names else "information_schema")
+                         "table_map+information_schema" if tm.names else "information_schema", fks)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -167,3 +168,70 @@ def test_the_statement_batcher_alone_probes_no_insert() -> None:
         probes, refused = b.add(Statement("s", f"INSERT INTO t VALUES ({i}, 1, 'c', 'p')", 0, 0))
         assert probes == [] and refused is not None
     assert refused.skipped == "table_lookup"
+
+
+# ----- foreign keys: the parent entry each new row's check reads --------------------------------
+
+def fk_rows(name: str, pairs: list[tuple[str, str]], parent: str, schema: str = "s") -> list[dict[str, Any]]:
+    return [{"CONSTRAINT_NAME": name, "COLUMN_NAME": c, "REFERENCED_TABLE_SCHEMA": schema,
+             "REFERENCED_TABLE_NAME": parent, "REFERENCED_COLUMN_NAME": r} for c, r in pairs]
+
+
+# child(id AUTO_INCREMENT, sb_id -> sbtest(id), num + region -> accounts(num, region), note)
+CHILD_KEYS = table_keys(*info_rows(
+    [("id", "bigint(20)"), ("sb_id", "int(11)"), ("num", "bigint(20) unsigned"), ("region", "smallint(6)"),
+     ("note", "varchar(20)")],
+    [("PRIMARY", ("id",), True), ("sb_id", ("sb_id",), False), ("acct", ("num", "region"), False)]),
+    fk_rows("to_sb", [("sb_id", "id")], "sbtest") + fk_rows("to_acct", [("num", "num"), ("region", "region")],
+                                                           "accounts"))
+
+
+def test_table_keys_carry_the_foreign_keys() -> None:
+    assert CHILD_KEYS is not None
+    assert [(fk.name, fk.columns, fk.parent_table, fk.parent_columns) for fk in CHILD_KEYS.foreign] == [
+        ("to_sb", (1,), "sbtest", ("id",)), ("to_acct", (2, 3), "accounts", ("num", "region"))]
+
+
+def fk_batcher(*known: tuple[str, TableKeys | None], exclude: tuple[str, ...] = ()) -> ProbeBatcher:
+    b = ProbeBatcher(exclude_schemas=exclude)
+    for name, keys in known:
+        b.learn_table("s", name, keys)
+    return b
+
+
+def statement_probes(b: ProbeBatcher, *sqls: str) -> list[tuple[str, str, str]]:
+    """The probes of ``sqls``, each after a first statement of its shape (a shape is parsed
+    from its second statement: fingerprint.py), whose own literals are all 0."""
+    for sql in sqls:
+        b.add_statement(Statement("s", re.sub(r"\b\d+\b", "0", sql), 0, 0))
+    b.flush()
+    out = [p for sql in sqls for p in b.add_statement(Statement("s", sql, 0, 0))] + b.flush()
+    return sorted((p.table, p.index or "", p.sql.split(" WHERE ")[1]) for p in out)
+
+
+def test_an_insert_statement_probes_the_parent_entries_its_foreign_keys_check() -> None:
+    b = fk_batcher(("child", CHILD_KEYS), ("sbtest", SB_KEYS), ("accounts", ACCOUNTS_KEYS))
+    got = statement_probes(b, "INSERT INTO child (sb_id, num, region, note) VALUES (42, 7, 3, 'x')",
+                           "INSERT INTO child (sb_id, num, region) VALUES (44, NULL, 3)")
+    # accounts' unique key is (region, num): the child's values in that order. A NULL: no check.
+    # The child's own entries need its auto-increment id, which the statement does not name.
+    assert got == [("accounts", "u_rn", "(`region`, `num`) IN ((3, 7))"),
+                   ("sbtest", "PRIMARY", "`id` IN (42, 44)")]
+    assert set(b.skipped) == {"insert_statement"}  # the first statement of each shape
+
+
+def test_a_parent_learnt_after_the_shape_was_planned_is_probed_from_then_on() -> None:
+    b = fk_batcher(("child", CHILD_KEYS))
+    sql = "INSERT INTO child (sb_id, note) VALUES ({}, 'x')"
+    assert statement_probes(b, sql.format(1)) == []
+    assert ("s", "sbtest") in b.unknown_tables()
+    b.learn_table("s", "sbtest", SB_KEYS)
+    assert statement_probes(b, sql.format(2)) == [("sbtest", "PRIMARY", "`id` IN (2)")]
+
+
+def test_a_parent_in_an_excluded_schema_is_not_probed_from_a_statement() -> None:
+    keys = table_keys(*info_rows([("id", "int(11)"), ("pid", "int(11)")], [("PRIMARY", ("id",), True)]),
+                      fk_rows("to_p", [("pid", "id")], "p", schema="audit"))
+    b = fk_batcher(("c", keys), exclude=("audit",))
+    assert statement_probes(b, "INSERT INTO c (id, pid) VALUES (1, 2)") == [("c", "PRIMARY", "`id` IN (1)")]
+    assert b.unknown_tables() == []

@@ -372,3 +372,26 @@ def test_the_parents_of_foreign_keys_just_resolved_are_learnt_before_their_rows(
     eng.batcher = Learning()  # type: ignore[assignment]
     asyncio.run(eng._read(1 << 16))
     assert order == ["learn s.p PRIMARY", "row t"]
+
+
+def test_a_tables_parents_are_described_with_it() -> None:
+    """A statement's table and the parents its INSERTs check are learnt in one lookup round:
+    otherwise the parents would wait for the next read, and its statements go unprobed."""
+    from lagd.prefetch.engine import _described  # noqa: PLC0415
+
+    col = [{"COLUMN_NAME": "id", "COLUMN_TYPE": "int(11)"}, {"COLUMN_NAME": "pid", "COLUMN_TYPE": "int(11)"}]
+    pk = [{"INDEX_NAME": "PRIMARY", "NON_UNIQUE": 0, "SEQ_IN_INDEX": 1, "COLUMN_NAME": "id", "SUB_PART": None,
+           "INDEX_TYPE": "BTREE"}]
+    fk = [{"CONSTRAINT_NAME": "to_p", "COLUMN_NAME": "pid", "REFERENCED_TABLE_SCHEMA": "s",
+           "REFERENCED_TABLE_NAME": "p", "REFERENCED_COLUMN_NAME": "id"}]
+    tables = {"c": (col, pk, fk), "p": (col, pk, [])}
+    asked: list[str] = []
+
+    def look(schema: str, table: str) -> Any:
+        asked.append(table)
+        return tables.get(table)
+
+    got = _described(look, [("s", "c"), ("s", "gone")])
+    assert [(s, t, keys is not None) for s, t, keys in got] == [
+        ("s", "c", True), ("s", "gone", False), ("s", "p", True)]
+    assert asked == ["c", "gone", "p"]

@@ -132,8 +132,17 @@ _COUNTER_FIELDS = tuple(f.name for f in dataclasses.fields(PrefetchCounters))
 def _described(look: Callable[[str, str], Any], tables: Iterable[tuple[str, str]]
                ) -> list[tuple[str, str, Any]]:
     """(schema, table, inserts.TableKeys or None: unknown) from the resolver's information_schema
-    rows; in the cursor's thread, the lookups being blocking."""
-    return [(s, t, table_keys(*rows) if (rows := look(s, t)) else None) for s, t in tables]
+    rows, and the same for the parents of their foreign keys, which their INSERTs will check;
+    in the cursor's thread, the lookups being blocking."""
+    def one(schema: str, table: str) -> tuple[str, str, Any]:
+        rows = look(schema, table)
+        return schema, table, table_keys(*rows) if rows else None
+
+    out = [one(s, t) for s, t in tables]
+    asked = {(s, t) for s, t, _ in out}
+    parents = {(fk.parent_schema, fk.parent_table): None for _, _, keys in out if keys is not None
+               for fk in keys.foreign}
+    return out + [one(s, t) for s, t in parents if (s, t) not in asked]
 
 
 class PrefetchEngine:

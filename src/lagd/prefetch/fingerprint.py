@@ -201,6 +201,9 @@ class _NoTables:
     def seen(self, schema: str, table: str, sets: frozenset[str], rows: int, deletes: bool = False) -> None:
         pass
 
+    def wants(self, schema: str) -> bool:
+        return True
+
 
 def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sql: str,
                    schema: str | None) -> Template:

@@ -23,6 +23,11 @@ same entries come from the statement's literals:
 - the probe is ``SELECT 1 FROM t FORCE INDEX (ix) WHERE (cols) IN ((...),
   ...)`` with the literals' own text, batched per index like row probes.
 
+- a foreign key's new value is looked up in the parent's primary key or
+  unique index by InnoDB's check: probed there too, from the literal of each
+  of its columns (:class:`ParentKey`; the parent's indexes are learnt like the
+  table's own).
+
 ``INSERT ... SET a = 1`` is read as its column list and one row; REPLACE
 as INSERT. Refused shapes: INSERT ... SELECT, a PARTITION clause, an
 executable comment, an unqualified table without a default database.
@@ -42,7 +47,8 @@ from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, quote_ident
-from lagd.relaylog.schema import btree_indexes
+from lagd.relaylog.events import ForeignKey
+from lagd.relaylog.schema import btree_indexes, foreign_keys
 
 _MYSQL = sqlglot.Dialect.get_or_raise("mysql")
 # A shape sqlglot cannot parse is refused here, once per shape, with its reason in the
@@ -152,12 +158,40 @@ class TableKeys:
     classes: tuple[str | None, ...]  # "int", "num", "text" or None (not probed from a literal)
     indexes: tuple[KeyIndex, ...]  # those a probe can name entries of
     indexed: frozenset[str]  # every column of any index: an UPDATE setting one moves an entry
+    foreign: tuple[ForeignKey, ...] = ()  # its foreign keys (the child's side)
 
 
-def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str, Any]]
-               ) -> TableKeys | None:
-    """From information_schema.COLUMNS and .STATISTICS rows (the resolver's); None
-    when the table has no columns (not visible to lagd, or gone)."""
+@dataclass(frozen=True, slots=True)
+class ParentKey:
+    """A foreign key's check as a probe names it: the parent's index, and the child's
+    columns (ordinals) in that index's column order."""
+
+    schema: str
+    table: str
+    index: KeyIndex
+    columns: tuple[int, ...]
+
+
+def parent_key(fk: ForeignKey, parent: TableKeys) -> ParentKey | None:
+    """Where InnoDB's check of ``fk`` reads: the parent's primary key or a unique index
+    over exactly the referenced columns; None for any other (InnoDB also accepts a
+    non-unique index, or a longer one starting with them, where a probe by the
+    referenced values alone would read a range, not the one entry)."""
+    refs = [c.lower() for c in fk.parent_columns]
+    want = set(refs)
+    found = [ix for ix in parent.indexes if ix.unique and len(ix.columns) == len(want)
+             and {parent.names[c] for c in ix.columns} == want]
+    ix = next((i for i in found if i.name == "PRIMARY"), found[0] if found else None)
+    if ix is None:
+        return None
+    return ParentKey(fk.parent_schema, fk.parent_table, ix,
+                     tuple(fk.columns[refs.index(parent.names[c])] for c in ix.columns))
+
+
+def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str, Any]],
+               fks: Iterable[Mapping[str, Any]] = ()) -> TableKeys | None:
+    """From information_schema.COLUMNS, .STATISTICS and .KEY_COLUMN_USAGE rows (the
+    resolver's); None when the table has no columns (not visible to lagd, or gone)."""
     cols = list(columns)
     if not cols:
         return None
@@ -178,7 +212,8 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
         quoted = [quote_ident(names[c]) for c in probed]
         indexes.append(KeyIndex(ix.name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})",
                                 ix.unique or ix.primary))
-    return TableKeys(names, classes, tuple(indexes), frozenset(indexed))
+    return TableKeys(names, classes, tuple(indexes), frozenset(indexed),
+                     tuple(foreign_keys(fks, {n: i for i, n in enumerate(spelled)})))
 
 
 def _class(column_type: str) -> str | None:
@@ -202,14 +237,15 @@ def _fits(cls: str | None, literal: str, is_string: bool) -> bool:
     return False
 
 
-Plan = tuple[tuple[KeyIndex, tuple[tuple[int, str], ...]], ...]
+Plan = tuple[tuple[KeyIndex | ParentKey, tuple[tuple[int, str], ...]], ...]
 
 
-def plan(shape: InsertShape, keys: TableKeys) -> Plan | None:
-    """For each row and probeable index, the (literal slot, column class) of each of
-    its columns, where every one has a literal; None when the column list names a
-    column the table lacks, or a row has another number of values. Made once per
-    shape and table: a statement then only checks its literals' classes."""
+def plan(shape: InsertShape, keys: TableKeys, parents: Iterable[ParentKey] = ()) -> Plan | None:
+    """For each row and probeable index (and each foreign key's parent index), the
+    (literal slot, column class) of each of its columns, where every one has a
+    literal; None when the column list names a column the table lacks, or a row has
+    another number of values. Made once per shape and table: a statement then only
+    checks its literals' classes. A NULL has no slot: no entry, and no foreign-key check."""
     if shape.columns is None:
         order: tuple[int, ...] = tuple(range(len(keys.names)))
     else:
@@ -217,14 +253,16 @@ def plan(shape: InsertShape, keys: TableKeys) -> Plan | None:
         if any(c not in where for c in shape.columns):
             return None
         order = tuple(where[c] for c in shape.columns)
-    out = []
+    out: list[tuple[KeyIndex | ParentKey, tuple[tuple[int, str], ...]]] = []
+    targets: list[tuple[KeyIndex | ParentKey, tuple[int, ...]]] = [
+        *((ix, ix.columns) for ix in keys.indexes), *((p, p.columns) for p in parents)]
     for row in shape.rows:
         if len(row) != len(order):
             return None
         slot_of = dict(zip(order, row, strict=True))
-        for ix in keys.indexes:
+        for ix, columns in targets:
             parts = []
-            for c in ix.columns:
+            for c in columns:
                 slot, cls = slot_of.get(c), keys.classes[c]
                 if slot is None or cls is None:
                     break
@@ -234,14 +272,14 @@ def plan(shape: InsertShape, keys: TableKeys) -> Plan | None:
     return tuple(out)
 
 
-def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tuple[bool, ...]
-            ) -> dict[KeyIndex, list[str]] | None:
-    """Each probeable index's new entries, as ``(a, b)`` literal texts (``a`` for one
-    column); None as for :func:`plan`."""
-    made = plan(shape, keys)
+def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tuple[bool, ...],
+            parents: Iterable[ParentKey] = ()) -> dict[KeyIndex | ParentKey, list[str]] | None:
+    """Each probeable index's new entries (and the parent entries the foreign keys'
+    checks read), as ``(a, b)`` literal texts (``a`` for one column); None as for :func:`plan`."""
+    made = plan(shape, keys, parents)
     if made is None:
         return None
-    out: dict[KeyIndex, list[str]] = {}
+    out: dict[KeyIndex | ParentKey, list[str]] = {}
     for ix, parts in made:
         value = _entry(parts, lits, strs)
         if value is not None:
@@ -278,6 +316,9 @@ class Tables(Protocol):
         """``rows`` row changes probed, assigning ``sets`` (UPDATE), deleting (DELETE) or
         neither (INSERT)."""
 
+    def wants(self, schema: str) -> bool:
+        """Whether probes may go into ``schema`` (a foreign key's parent may be elsewhere)."""
+
 
 class _Entries:
     """One index's new entries waiting for their probe (a dict key by identity)."""
@@ -298,10 +339,10 @@ class InsertBatcher:
         self.tables = tables
         self._shapes: dict[tuple[str, str | None], InsertShape | StatementRewrite] = {}
         # id(shape) -> (shape, the table it was planned for, its steps or None, the entries
-        # a statement leaves to the change buffer): see plan()
+        # a statement leaves to the change buffer, the parents as known then): see plan()
         self._plans: dict[int, tuple[InsertShape, TableKeys,
                                      tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None,
-                                     int]] = {}
+                                     int, tuple[TableKeys | None, ...]]] = {}
         self._batches: dict[tuple[str, str, KeyIndex], _Entries] = {}
         self._waiting: dict[_Entries, None] = {}  # batches holding entries, oldest first
         self._buffered = False
@@ -343,11 +384,12 @@ class InsertBatcher:
         if keys is None:
             return [], _LOOKING_UP
         got = self._plans.get(id(shape))
-        if got is None or got[0] is not shape or got[1] is not keys:
+        parents = self._parents(keys) if keys.foreign else ()
+        if got is None or got[0] is not shape or got[1] is not keys or got[4] != parents:
             if len(self._plans) >= _CACHE_LIMIT:
                 self._plans.clear()
                 self._batches.clear()  # waiting ones stay in _waiting until emitted
-            got = self._plans[id(shape)] = (shape, keys, *self._steps(shape, keys))
+            got = self._plans[id(shape)] = (shape, keys, *self._steps(shape, keys, parents), parents)
         steps = got[2]
         if got[3]:
             self.skipped["change_buffered"] += got[3]
@@ -367,21 +409,34 @@ class InsertBatcher:
                 out.append(self._emit(batch))
         return out, None
 
-    def _steps(self, shape: InsertShape, keys: TableKeys
+    def _parents(self, keys: TableKeys) -> tuple[TableKeys | None, ...]:
+        """The parent of each foreign key as known now (None: not yet, asked for; or kept
+        out of prefetch): a plan made before a parent was known is made again."""
+        t = self.tables
+        return tuple(t.described(fk.parent_schema, fk.parent_table) if t.wants(fk.parent_schema) else None
+                     for fk in keys.foreign)
+
+    def _steps(self, shape: InsertShape, keys: TableKeys, parents: tuple[TableKeys | None, ...]
                ) -> tuple[tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None, int]:
-        made = plan(shape, keys)
+        refs = [ref for fk, parent in zip(keys.foreign, parents, strict=True)
+                if parent is not None and (ref := parent_key(fk, parent)) is not None]
+        made = plan(shape, keys, refs)
         if made is None:
             return None, 0
         steps = []
         buffered = 0
-        for ix, parts in made:
+        for target, parts in made:
+            if isinstance(target, ParentKey):
+                schema, table, ix = target.schema, target.table, target.index
+            else:
+                schema, table, ix = shape.schema, shape.table, target
             if self._buffered and not ix.unique:
                 buffered += 1
                 continue
-            key = (shape.schema, shape.table, ix)
+            key = (schema, table, ix)
             batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[key] = _Entries(shape.schema, shape.table, ix)
+                batch = self._batches[key] = _Entries(schema, table, ix)
             steps.append((batch, parts))
         return tuple(steps), buffered
 

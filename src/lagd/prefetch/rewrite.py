@@ -57,7 +57,7 @@ from typing import Any
 from lagd.errors import LagdError
 from lagd.mysql.changebuf import DELETE_MARKS, INSERTS
 from lagd.prefetch.fingerprint import StatementBatcher
-from lagd.prefetch.inserts import KeyIndex, TableKeys
+from lagd.prefetch.inserts import ParentKey, TableKeys, parent_key
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, index_probe_sql, rewrite_statement
 from lagd.relaylog.events import Ddl, ForeignKey, Index, LoadData, RowChange, RowKind, Statement, TableInfo
 
@@ -148,32 +148,18 @@ class _Parent:
 
 
 class _ParentPlan:
-    """One foreign key's look-up in its parent: the parent's unique index over the
-    referenced columns, and the child's values in that index's column order."""
+    """One foreign key's look-up in its parent (inserts.ParentKey): the batch, and the
+    getter of the child's values in the parent index's column order."""
 
     __slots__ = ("batch", "covering", "get", "keys", "kind", "name", "table", "text")
 
-    def __init__(self, fk: ForeignKey, keys: TableKeys, index: KeyIndex, child: TableInfo) -> None:
+    def __init__(self, ref: ParentKey, keys: TableKeys, child: TableInfo) -> None:
         self.keys = keys  # the parent as learnt: a new learning (DDL) makes a new plan
-        self.table = _Parent(fk.parent_schema, fk.parent_table)
-        self.name, self.kind, self.covering = index.name, _PARENT, True
-        refs = [c.lower() for c in fk.parent_columns]
-        order = [refs.index(keys.names[c]) for c in index.columns]
-        self.get = itemgetter(*(child.slot(fk.columns[i]) for i in order))
-        self.text = any(child.columns[fk.columns[i]].charset is not None for i in order)
-        columns = tuple(fk.parent_columns[i] for i in order)
-        self.batch = _Batch(self, columns, ())
-
-
-def parent_index(fk: ForeignKey, keys: TableKeys) -> KeyIndex | None:
-    """The parent's index the constraint check reads: its primary key or a unique
-    index over exactly the referenced columns; None for any other (InnoDB also
-    accepts a non-unique index or a longer one starting with them, where a probe
-    by the referenced values alone would read a range, not the one entry)."""
-    want = {c.lower() for c in fk.parent_columns}
-    found = [ix for ix in keys.indexes
-             if ix.unique and len(ix.columns) == len(want) and {keys.names[c] for c in ix.columns} == want]
-    return next((ix for ix in found if ix.name == "PRIMARY"), found[0] if found else None)
+        self.table = _Parent(ref.schema, ref.table)
+        self.name, self.kind, self.covering = ref.index.name, _PARENT, True
+        self.get = itemgetter(*(child.slot(c) for c in ref.columns))
+        self.text = any(child.columns[c].charset is not None for c in ref.columns)
+        self.batch = _Batch(self, tuple(keys.names[c] for c in ref.index.columns), ())
 
 
 class TablePlan:
@@ -473,8 +459,8 @@ class ProbeBatcher:
                 continue
             pp = plan.parents.get(fk.name)
             if pp is None or pp.keys is not keys:
-                ix = parent_index(fk, keys)
-                pp = plan.parents[fk.name] = _ParentPlan(fk, keys, ix, plan.table) if ix else None
+                ref = parent_key(fk, keys)
+                pp = plan.parents[fk.name] = _ParentPlan(ref, keys, plan.table) if ref else None
                 if pp is None:
                     self.last_reason["parent_index"] = (
                         f"{plan.table.qualified}: {fk.name} references {parent[0]}.{parent[1]} by columns"

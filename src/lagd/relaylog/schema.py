@@ -228,13 +228,13 @@ class InformationSchemaResolver(TableMapResolver):
             self._cache[key] = (cols, stats, fks)
         return cols, stats, fks
 
-    def describe(self, schema: str, table: str
-                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]] | None:
-        """The table's information_schema COLUMNS and STATISTICS rows as the replica
-        has it (cached with the definitions), for statements, which name no table
-        map; None when unknown (no such table visible, or the lookup failed)."""
-        cols, stats, _ = self._query(schema, table)
-        return (cols, stats) if cols else None
+    def describe(self, schema: str, table: str) -> tuple[Rows, Rows, Rows] | None:
+        """The table's information_schema COLUMNS, STATISTICS and foreign-key rows as
+        the replica has it (cached with the definitions), for statements, which name
+        no table map, and for foreign keys' parents; None when unknown (no such table
+        visible, or the lookup failed)."""
+        rows = self._query(schema, table)
+        return rows if rows[0] else None
 
     def take_referenced(self) -> list[tuple[str, str]]:
         """The (schema, table) parents of the foreign keys in the definitions resolved

@@ -205,8 +205,11 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "insert_fk": ("INSERTs into a child table whose foreign key references a random row", _w_insert_fk),
     "insert_fk_stmt": ("insert_fk logged as statements (binlog_format=STATEMENT)", _w_insert_fk),
 }
-# Statements the source runs before a workload, in its backlog: the SQL thread applies them first.
-PREPARE = {"insert_fk": (CHILD_DDL,), "insert_fk_stmt": (CHILD_DDL,)}
+# Statements the source runs before a workload, in its backlog: the SQL thread applies them
+# first. The table is dropped unlogged first: MariaDB does not log CREATE TABLE IF NOT EXISTS
+# of a table that exists, and another workload may have made it on the source.
+PREPARE = {"insert_fk": (f"DROP TABLE IF EXISTS {CHILD}", CHILD_DDL),
+           "insert_fk_stmt": (f"DROP TABLE IF EXISTS {CHILD}", CHILD_DDL)}
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
 BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT",
                  "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT", "insert_fk_stmt": "STATEMENT"}
@@ -316,7 +319,13 @@ def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[
                       (ms["File"], int(ms["Position"])))
             rep.query("START SLAVE IO_THREAD")
             for sql in PREPARE.get(name, ()):
-                sb.source.query(sql, db="bench")
+                conn = sb.source.connect("bench")
+                try:
+                    with conn.cursor() as cur:
+                        cur.execute(f"SET SESSION sql_log_bin = {0 if sql.startswith('DROP') else 1}")
+                        cur.execute(sql)
+                finally:
+                    conn.close()
             w0 = time.monotonic()
             made = _write_workload(sb, fn, changes, seed=i + 1,
                                    binlog_format=BINLOG_FORMAT.get(name))

@@ -635,3 +635,38 @@ def test_a_parent_in_an_excluded_schema_is_left_alone() -> None:
     probes = probes_for(RowChange(child, INS, None, (1, 5)), batcher=b)
     assert [p.kind for p in probes] == ["pk", "secondary"] and not b.skipped
     assert b.unknown_tables() == []
+
+
+# ----- appends: an INSERT above every key the table's INSERTs had goes to the last leaf ---------
+
+def insert_ids(*ids: int) -> list[RowChange]:
+    return [RowChange(ORDERS, INS, None, (i, 10 * i, f"u{i}", f"n{i}")) for i in ids]
+
+
+@pytest.mark.parametrize(("ids", "probed_pk", "appends"), [
+    ((100, 101, 102, 103), (100,), 3),  # auto-increment: the first is probed, where the table ends
+    ((100, 98, 101, 99), (100, 98, 99), 1),  # out of order (commit order): those below are probed
+    ((7, 3, 9, 1, 5), (7, 3, 1, 5), 1),  # random keys: only a new highest is passed by
+])
+def test_an_insert_above_every_key_seen_appends_to_the_last_leaf(ids: tuple[int, ...],
+                                                                 probed_pk: tuple[int, ...], appends: int) -> None:
+    b = ProbeBatcher()
+    probes = probes_for(*insert_ids(*ids), batcher=b)
+    pk = [p for p in probes if p.index == "PRIMARY"]
+    assert tuple(k for p in pk for k in p.params[:p.rows]) == probed_pk
+    assert b.skipped["append"] == appends
+    # Its other entries are probed all the same: a secondary index's order is not the key's.
+    assert sum(p.rows for p in probes if p.index == "k_1") == len(ids)
+
+
+def test_appends_are_told_by_integer_keys_only() -> None:
+    b = ProbeBatcher()
+    probes_for(*[RowChange(ITEMS, INS, None, (i, 7, 30, 2)) for i in (1, 2)], batcher=b)
+    assert b.skipped["append"] == 1
+    text = TableInfo("shop", "codes", (col("code", "varchar", charset="utf8"),), PK, (PK,), (0,), "table_map")
+    b = ProbeBatcher()
+    probes = probes_for(*[RowChange(text, INS, None, (c,)) for c in ("a", "b", "c")], batcher=b)
+    assert sum(p.rows for p in probes) == 3 and not b.skipped  # a collation's order is not Python's
+    b = ProbeBatcher()
+    probes_for(RowChange(ORDERS, U, ROW, (5, 10, "a", "nm1")), *insert_ids(2), batcher=b)
+    assert not b.skipped  # an UPDATE's new key sets no highest: only INSERTs do

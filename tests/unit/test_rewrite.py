@@ -14,7 +14,14 @@ from test_inserts import info_rows
 from lagd.errors import LagdError
 from lagd.mysql.changebuf import DELETE_MARKS, INSERTS
 from lagd.prefetch.inserts import table_keys
-from lagd.prefetch.rewrite import PrefetchConfigError, Probe, ProbeBatcher, padded_size, plan_table
+from lagd.prefetch.rewrite import (
+    APPEND_SPAN,
+    PrefetchConfigError,
+    Probe,
+    ProbeBatcher,
+    padded_size,
+    plan_table,
+)
 from lagd.relaylog import (
     Column,
     Ddl,
@@ -645,11 +652,12 @@ def insert_ids(*ids: int) -> list[RowChange]:
 
 @pytest.mark.parametrize(("ids", "probed_pk", "appends"), [
     ((100, 101, 102, 103), (100,), 3),  # auto-increment: the first is probed, where the table ends
-    ((100, 98, 101, 99), (100, 98, 99), 1),  # out of order (commit order): those below are probed
-    ((7, 3, 9, 1, 5), (7, 3, 1, 5), 1),  # random keys: only a new highest is passed by
+    # Out of commit order (concurrent writers): just under the highest, in the last leaves.
+    ((1000, 998, 1001, 999, 1000 - APPEND_SPAN), (1000, 1000 - APPEND_SPAN), 3),
+    ((7000, 3000, 9000, 1000, 5000), (7000, 3000, 1000, 5000), 1),  # random keys: a new highest only
 ])
-def test_an_insert_above_every_key_seen_appends_to_the_last_leaf(ids: tuple[int, ...],
-                                                                 probed_pk: tuple[int, ...], appends: int) -> None:
+def test_an_insert_above_every_key_seen_appends_to_the_last_leaf(
+        ids: tuple[int, ...], probed_pk: tuple[int, ...], appends: int) -> None:
     b = ProbeBatcher()
     probes = probes_for(*insert_ids(*ids), batcher=b)
     pk = [p for p in probes if p.index == "PRIMARY"]

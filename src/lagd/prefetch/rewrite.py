@@ -8,7 +8,8 @@ Which index entries the SQL thread will touch, per row change:
 - DELETE: the clustered leaf and every other index, before image.
 - INSERT: the clustered leaf and every other index, after image; not the
   clustered leaf of an integer key above every key the table's INSERTs have
-  had (an auto-increment append: its leaf is the last, in memory; "append").
+  had, or just under the highest (an auto-increment append: its leaf is one
+  of the last, in memory; "append").
 
 Foreign keys (``TableInfo.foreign_keys``, from information_schema): an
 INSERT, and an UPDATE that sets the key's columns, makes InnoDB look the new
@@ -86,6 +87,7 @@ _WHY = {
     "schema_excluded": "schema excluded from prefetch",
 }
 _PARENT = "parent"  # Probe.kind of a foreign key's look-up in its parent
+APPEND_SPAN = 256  # ids under the highest an INSERT had that still count as appends (_appends)
 
 
 class PrefetchConfigError(LagdError):
@@ -598,12 +600,18 @@ def padded_size(n: int, max_keys: int) -> int:
 
 
 def _appends(plan: TablePlan, key: int) -> bool:
-    """An INSERT's integer key is above every one this table's INSERTs have had; the
-    first one seen is probed (where the table ends is not known yet). Random keys set a
-    new highest only a few times (about ln n in n), so nearly all of them are probed."""
+    """An INSERT's integer key is above every one this table's INSERTs have had, or
+    within APPEND_SPAN under the highest: concurrent writers commit their auto-increment
+    ids out of order (4 writers: half of them below the highest seen), and the rows just
+    under the highest are the ones the SQL thread has just inserted, in the same last
+    leaves. The first one seen is probed (where the table ends is not known yet). Random
+    keys over a range of n x APPEND_SPAN fall there about once in n, a new highest only
+    about ln n times in n: nearly all of them are probed."""
     top = plan.top
-    plan.top = key if top is None or key > top else top
-    return top is not None and key > top
+    if top is None or key > top:
+        plan.top = key
+        return top is not None
+    return key > top - APPEND_SPAN
 
 
 def _moves(slots: tuple[int, ...], before: tuple[object, ...], after: tuple[object, ...]) -> bool:

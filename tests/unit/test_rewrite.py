@@ -644,37 +644,50 @@ def test_a_parent_in_an_excluded_schema_is_left_alone() -> None:
     assert b.unknown_tables() == []
 
 
-# ----- appends: an INSERT above every key the table's INSERTs had goes to the last leaf ---------
+# ----- appends: an INSERT's entry after every one its index has had goes to the last leaf -------
 
-def insert_ids(*ids: int) -> list[RowChange]:
-    return [RowChange(ORDERS, INS, None, (i, 10 * i, f"u{i}", f"n{i}")) for i in ids]
+SEQ = TableInfo("shop", "seq", (col("id"),), PK, (PK,), (0,), "table_map")
 
 
-@pytest.mark.parametrize(("ids", "probed_pk", "appends"), [
+@pytest.mark.parametrize(("ids", "probed", "appends"), [
     ((100, 101, 102, 103), (100,), 3),  # auto-increment: the first is probed, where the table ends
     # Out of commit order (concurrent writers): just under the highest, in the last leaves.
     ((1000, 998, 1001, 999, 1000 - APPEND_SPAN), (1000, 1000 - APPEND_SPAN), 3),
     ((7000, 3000, 9000, 1000, 5000), (7000, 3000, 1000, 5000), 1),  # random keys: a new highest only
 ])
 def test_an_insert_above_every_key_seen_appends_to_the_last_leaf(
-        ids: tuple[int, ...], probed_pk: tuple[int, ...], appends: int) -> None:
+        ids: tuple[int, ...], probed: tuple[int, ...], appends: int) -> None:
     b = ProbeBatcher()
-    probes = probes_for(*insert_ids(*ids), batcher=b)
-    pk = [p for p in probes if p.index == "PRIMARY"]
-    assert tuple(k for p in pk for k in p.params[:p.rows]) == probed_pk
+    probes = probes_for(*[RowChange(SEQ, INS, None, (i,)) for i in ids], batcher=b)
+    assert tuple(k for p in probes for k in p.params[:p.rows]) == probed
     assert b.skipped["append"] == appends
-    # Its other entries are probed all the same: a secondary index's order is not the key's.
-    assert sum(p.rows for p in probes if p.index == "k_1") == len(ids)
 
 
-def test_appends_are_told_by_integer_keys_only() -> None:
+# events(id PK, at DATETIME, KEY at_1 (at), code VARCHAR UNIQUE)
+AT = Index("at_1", (1,), unique=False)
+EVENTS = TableInfo("shop", "events",
+                   (col("id"), col("at", "datetime2"), col("code", "varchar", charset="utf8")), PK,
+                   (PK, Index("code_u", (2,), unique=True), AT), (0, 1, 2), "information_schema")
+T0 = dt.datetime(2026, 11, 27, 12, 0, 0)
+
+
+def test_a_created_at_index_appends_but_only_above_every_entry() -> None:
+    """A secondary entry (value, key) counts only above the highest: no span under it, as
+    a value repeated with random keys spreads over that value's whole range."""
     b = ProbeBatcher()
-    probes_for(*[RowChange(ITEMS, INS, None, (i, 7, 30, 2)) for i in (1, 2)], batcher=b)
-    assert b.skipped["append"] == 1
-    text = TableInfo("shop", "codes", (col("code", "varchar", charset="utf8"),), PK, (PK,), (0,), "table_map")
+    rows = [(5000, T0, "a"), (5001, T0 + dt.timedelta(seconds=1), "b"),
+            (4990, T0 + dt.timedelta(seconds=1), "c"),  # the same second, a lower key: probed
+            (5002, T0 + dt.timedelta(seconds=2), "d")]
+    probes = probes_for(*[RowChange(EVENTS, INS, None, r) for r in rows], batcher=b)
+    at = [k for p in probes if p.index == "at_1" for k in p.params[:2 * p.rows]]
+    assert at == [T0, 5000, T0 + dt.timedelta(seconds=1), 4990]
+    # Text is never compared (a collation's order is not Python's): every code is probed.
+    assert sum(p.rows for p in probes if p.index == "code_u") == 4
+    assert b.skipped["append"] == 3 + 2  # ids 5001, 4990 (in the span) and 5002; at of 5001 and 5002
+
+
+def test_appends_are_counted_for_inserts_only() -> None:
     b = ProbeBatcher()
-    probes = probes_for(*[RowChange(text, INS, None, (c,)) for c in ("a", "b", "c")], batcher=b)
-    assert sum(p.rows for p in probes) == 3 and not b.skipped  # a collation's order is not Python's
-    b = ProbeBatcher()
-    probes_for(RowChange(ORDERS, U, ROW, (5, 10, "a", "nm1")), *insert_ids(2), batcher=b)
-    assert not b.skipped  # an UPDATE's new key sets no highest: only INSERTs do
+    probes_for(RowChange(SEQ, INS, None, (10,)), RowChange(SEQ, D, (11,), None),
+               RowChange(SEQ, U, (12,), (13,)), batcher=b)
+    assert not b.skipped

@@ -6,10 +6,10 @@ Which index entries the SQL thread will touch, per row change:
   after image when the key changes; every other index whose entry changes,
   at its old and its new value.
 - DELETE: the clustered leaf and every other index, before image.
-- INSERT: the clustered leaf and every other index, after image; not the
-  clustered leaf of an integer key above every key the table's INSERTs have
-  had, or just under the highest (an auto-increment append: its leaf is one
-  of the last, in memory; "append").
+- INSERT: the clustered leaf and every other index, after image; not an
+  entry above every one the index's INSERTs have added (an auto-increment
+  id, a ``created_at`` index: its leaf is the last, which the SQL thread has
+  just written, in memory; "append"; see ``_appends``).
 
 Foreign keys (``TableInfo.foreign_keys``, from information_schema): an
 INSERT, and an UPDATE that sets the key's columns, makes InnoDB look the new
@@ -50,9 +50,11 @@ size.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from itertools import chain
 from operator import itemgetter
 from typing import Any
@@ -88,6 +90,7 @@ _WHY = {
 }
 _PARENT = "parent"  # Probe.kind of a foreign key's look-up in its parent
 APPEND_SPAN = 256  # ids under the highest an INSERT had that still count as appends (_appends)
+_ORDERED = frozenset({int, float, Decimal, dt.date, dt.datetime, dt.timedelta})
 
 
 class PrefetchConfigError(LagdError):
@@ -123,7 +126,7 @@ class _IndexPlan:
     """One index of one table: slots, getters and batches, precomputed."""
 
     __slots__ = ("batch", "change", "covering", "ext_columns", "ext_slots", "get", "kind",
-                 "masked", "name", "table", "text")
+                 "masked", "name", "table", "text", "top")
 
     def __init__(self, table: TableInfo, index: Index, kind: str, key: Index) -> None:
         self.table, self.name, self.kind = table, index.name, kind
@@ -140,6 +143,7 @@ class _IndexPlan:
         self.change = itemgetter(*self.ext_slots)
         self.batch = _Batch(self, tuple(table.columns[c].name for c in probe), ())
         self.masked: dict[int, _Batch] = {}
+        self.top: Any = None  # the highest entry an INSERT has added here (_appends)
 
 
 class _Parent:
@@ -170,7 +174,7 @@ class TablePlan:
     """How one table's row changes become probes; built once per TableInfo."""
 
     __slots__ = ("foreign", "key", "not_null_slots", "others", "parents", "skipped_indexes", "table",
-                 "top", "unprobeable")
+                 "unprobeable")
 
     def __init__(self, table: TableInfo) -> None:
         self.table = table
@@ -178,7 +182,6 @@ class TablePlan:
         self.others: tuple[_IndexPlan, ...] = ()
         self.skipped_indexes: list[tuple[str, str]] = []  # (index, why) for /status
         self.unprobeable: str | None = None
-        self.top: int | None = None  # the highest integer key an INSERT has had (appends)
         # Foreign keys whose columns are decoded; their parent plans once the parent is known.
         self.foreign: tuple[ForeignKey, ...] = ()
         self.parents: dict[str, _ParentPlan | None] = {}
@@ -434,8 +437,9 @@ class ProbeBatcher:
             # Purge will remove a deleted row from the clustered index and every
             # secondary one, reading each page again (control.moved_entries).
             self.deletes += kind is RowKind.DELETE
+            insert = kind is RowKind.INSERT
             value = key.get(image)
-            if kind is RowKind.INSERT and type(value) is int and _appends(plan, value):
+            if insert and _appends(key, value):
                 # Above every key this table's INSERTs have had (an auto-increment id): its
                 # leaf is the last one, which the SQL thread has just read for the last
                 # INSERT, in memory. A probe would cost both sides CPU and read nothing.
@@ -443,12 +447,16 @@ class ProbeBatcher:
             elif not self._queue(key, image, value, out, plan):
                 return out or _NO_PROBES
             # A DELETE delete-marks its entries (old), an INSERT adds them (new).
-            skip = self._buffered[1] if kind is RowKind.INSERT else self._buffered[0]
+            skip = self._buffered[1] if insert else self._buffered[0]
             for ip in plan.others:
                 if skip and ip.kind == "secondary":
                     self.skipped["change_buffered"] += 1
+                    continue
+                value = ip.get(image)
+                if insert and _appends(ip, value):
+                    self.skipped["append"] += 1  # a created_at index: its last leaf, as above
                 else:
-                    self._queue(ip, image, ip.get(image), out, plan)
+                    self._queue(ip, image, value, out, plan)
             if plan.foreign and kind is RowKind.INSERT:
                 self._parents(plan, image, None, out)
         return out or _NO_PROBES
@@ -599,19 +607,30 @@ def padded_size(n: int, max_keys: int) -> int:
     return min(size, max_keys)
 
 
-def _appends(plan: TablePlan, key: int) -> bool:
-    """An INSERT's integer key is above every one this table's INSERTs have had, or
-    within APPEND_SPAN under the highest: concurrent writers commit their auto-increment
-    ids out of order (4 writers: half of them below the highest seen), and the rows just
-    under the highest are the ones the SQL thread has just inserted, in the same last
-    leaves. The first one seen is probed (where the table ends is not known yet). Random
-    keys over a range of n x APPEND_SPAN fall there about once in n, a new highest only
-    about ln n times in n: nearly all of them are probed."""
-    top = plan.top
-    if top is None or key > top:
-        plan.top = key
+def _appends(ip: _IndexPlan, entry: Any) -> bool:
+    """An INSERT's entry goes after every one this index's INSERTs have added: into the
+    leaf the SQL thread has just written for the INSERT before, in memory.
+
+    An integer clustered key also counts within APPEND_SPAN under the highest:
+    concurrent writers commit their auto-increment ids out of order (4 writers: half
+    of them below the highest seen), and the rows just under it are the ones the SQL
+    thread has just inserted, in the same last leaves. A secondary or unique entry (a
+    ``created_at`` index: its value, then the key) counts only above the highest. Only
+    numbers and dates are compared (a collation's order is not Python's). The first
+    entry seen is probed: where the index ends is not known yet. Random values set a
+    new highest about ln n times in n (and fall within the span about once in n, over a
+    range of n x APPEND_SPAN), so nearly all of them are probed."""
+    kind = type(entry)
+    if kind is tuple:
+        if not all(type(v) in _ORDERED for v in entry):
+            return False
+    elif kind not in _ORDERED:
+        return False
+    top = ip.top
+    if top is None or entry > top:
+        ip.top = entry
         return top is not None
-    return key > top - APPEND_SPAN
+    return kind is int and ip.kind == "pk" and entry > top - APPEND_SPAN
 
 
 def _moves(slots: tuple[int, ...], before: tuple[object, ...], after: tuple[object, ...]) -> bool:

@@ -13,6 +13,8 @@ and the replica ends equal to the source. The same INSERTs logged as statements
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Callable
 from typing import Any
 
 from lagd.prefetch.engine import PrefetchEngine
@@ -52,7 +54,8 @@ def test_parent_entries_of_foreign_keys_are_probed(sandbox: Sandbox, schema: str
     wait_received(sb)
     replica = sb.replica()
     try:
-        keys, snap = asyncio.run(_run_engine(sb, schema))
+        keys: dict[str, set[int]] = {}
+        snap = asyncio.run(_run_engine(sb, schema, keys))
     finally:
         sb.start_sql_thread()
         sb.wait_caught_up(timeout=60)
@@ -71,9 +74,10 @@ def test_parent_entries_of_foreign_keys_are_probed(sandbox: Sandbox, schema: str
         assert replica.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
 
 
-async def _run_engine(sb: Sandbox, schema: str, kind: str = "parent", **options: Any
-                      ) -> tuple[dict[str, set[int]], Any]:
-    keys: dict[str, set[int]] = {}
+async def _run_engine(sb: Sandbox, schema: str, keys: dict[str, set[int]], kind: str = "parent",
+                      enough: Callable[[PrefetchEngine], bool] | None = None) -> Any:
+    """Run the engine held (engine_util.run_held); ``keys`` gets the keys probed by
+    table.index, of probes of ``kind``; the engine's snapshot at the end."""
 
     def seen(_engine: PrefetchEngine, probe: Any) -> None:
         if probe.schema == schema and probe.kind == kind:
@@ -85,9 +89,9 @@ async def _run_engine(sb: Sandbox, schema: str, kind: str = "parent", **options:
 
     # Not adaptive: the tables are in memory, so the gate would (rightly) stay out.
     engine = await run_held(sb, schema, "SELECT * FROM c WHERE id = 1 FOR UPDATE",
-                            PrefetchOptions(connections=4, adaptive=False, **options), 64 << 20, seen,
-                            lambda _engine: len(keys.get("p.PRIMARY", ())) >= CHILDREN // 2)
-    return keys, engine.snapshot()
+                            PrefetchOptions(connections=4, adaptive=False), 64 << 20, seen,
+                            enough or (lambda _engine: len(keys.get("p.PRIMARY", ())) >= CHILDREN // 2))
+    return engine.snapshot()
 
 
 def test_insert_statements_probe_their_parents(sandbox: Sandbox, schema: str) -> None:
@@ -99,30 +103,47 @@ def test_insert_statements_probe_their_parents(sandbox: Sandbox, schema: str) ->
     sb.source.query("INSERT INTO c (pid) VALUES (1)", db=schema)
     sb.wait_caught_up(timeout=60)
     sb.stop_sql_thread()
-    conn = sb.source.connect(schema, autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION binlog_format = 'STATEMENT'")
-            cur.execute("UPDATE c SET n = 1 WHERE id = 1")  # the SQL thread waits here
-            for i in range(2, PARENTS):  # more than one read of the cursor's (see below)
-                cur.execute(f"INSERT INTO c (pid) VALUES ({i})")
-    finally:
-        conn.close()
+    # The SQL thread waits on the first UPDATE. The cursor's first read passes by the
+    # INSERTs in it (table_lookup: c is looked up after the read, with its parent p);
+    # the rest are written once it has, and read with both known.
+    _write_statements(sb, schema, ["UPDATE c SET n = 1 WHERE id = 1",
+                                   *(f"INSERT INTO c (pid) VALUES ({i})" for i in range(2, 20))])
     wait_received(sb)
+    rest = [f"INSERT INTO c (pid) VALUES ({i})" for i in range(20, PARENTS)]
+    writer: list[threading.Thread] = []
+    keys: dict[str, set[int]] = {}
+
+    def enough(engine: PrefetchEngine) -> bool:
+        if not writer and engine.batcher.skipped.get("table_lookup"):
+            writer.append(threading.Thread(target=_write_statements, args=(sb, schema, rest)))
+            writer[0].start()
+        return len(keys.get("p.PRIMARY", ())) >= 100
+
     replica = sb.replica()
     try:
-        # Statements on a table not looked up yet are passed (table_lookup): the first read's
-        # (64 KiB); a lead of up to 600 transactions lets the cursor read on.
-        keys, snap = asyncio.run(_run_engine(sb, schema, kind="statement", min_lead_transactions=50,
-                                             max_lead_transactions=600))
+        snap = asyncio.run(_run_engine(sb, schema, keys, kind="statement", enough=enough))
     finally:
+        for t in writer:
+            t.join()
         sb.start_sql_thread()
         sb.wait_caught_up(timeout=60)
     print("probed keys by table.index:", {k: len(v) for k, v in keys.items()},
           "skipped:", snap.counters["skipped"])
+    assert writer, "the cursor's first read passed by INSERTs on a table not looked up yet"
     assert set(keys) - {"c.None"} == {"p.PRIMARY"}, keys  # the child's entries need its auto-increment id
     assert keys["p.PRIMARY"] <= set(range(2, PARENTS)) and len(keys["p.PRIMARY"]) >= 100
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool["last_error"]
     for table in ("p", "c"):
         src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
         assert replica.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+
+
+def _write_statements(sb: Sandbox, schema: str, statements: list[str]) -> None:
+    conn = sb.source.connect(schema, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION binlog_format = 'STATEMENT'")
+            for sql in statements:
+                cur.execute(sql)
+    finally:
+        conn.close()

@@ -78,7 +78,8 @@ DELETES = (
      ("we`ird", "PRIMARY"): (1, 1), ("we`ird", "ix`1"): (1, 1)},
 )
 INSERTS = (
-    ["INSERT INTO t_int VALUES (100, 1, 'n'), (101, 2, 'n')",
+    # Descending, and 3,900 apart: neither row is an append (rewrite._appends), both are probed.
+    ["INSERT INTO t_int VALUES (4000, 2, 'n'), (100, 1, 'n')",
      "INSERT INTO t_comp VALUES (9, 'q', 900, 0), (9, 'r', NULL, 0)",
      "INSERT INTO t_str VALUES ('新しい', 'neu', NULL)",
      "INSERT INTO t_types VALUES (5, 1.50, '2030-01-01 00:00:00.5', '2030-01-01', x'00')"],

@@ -138,6 +138,49 @@ def test_insert_statements_probe_their_parents(sandbox: Sandbox, schema: str) ->
         assert replica.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
 
 
+def test_rows_logged_without_foreign_key_checks_probe_no_parent(sandbox: Sandbox, schema: str) -> None:
+    """A session with foreign_key_checks=0 (a dump restored, a bulk load): its rows events say
+    so, the SQL thread checks no parent, and no parent is probed; the child's rows are."""
+    sb = sandbox
+    sb.source.query(f"CREATE TABLE `{schema}`.p (id INT PRIMARY KEY)")
+    sb.source.query(f"CREATE TABLE `{schema}`.c (id INT PRIMARY KEY, pid INT NOT NULL, n INT NOT NULL"
+                    " DEFAULT 0, CONSTRAINT to_p FOREIGN KEY (pid) REFERENCES p (id))")
+    sb.source.query(f"INSERT INTO p SELECT seq FROM seq_1_to_{PARENTS}", db=schema)
+    sb.source.query("INSERT INTO c (id, pid) VALUES (1, 1)", db=schema)
+    sb.wait_caught_up(timeout=60)
+    sb.stop_sql_thread()
+    conn = sb.source.connect(schema, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION binlog_format = 'ROW'")
+            cur.execute("UPDATE c SET n = 1 WHERE id = 1")  # the SQL thread waits here
+            cur.execute("SET SESSION foreign_key_checks = 0")
+            for i in range(2, CHILDREN):  # descending ids: not appends, each one probed
+                cur.execute(f"INSERT INTO c (id, pid) VALUES ({10_000 - 3 * i}, {3 * i})")
+    finally:
+        conn.close()
+    wait_received(sb)
+    replica = sb.replica()
+    probed: dict[str, int] = {}
+
+    def seen(_engine: PrefetchEngine, probe: Any) -> None:
+        if probe.schema == schema:
+            probed[f"{probe.table}.{probe.kind}"] = probed.get(f"{probe.table}.{probe.kind}", 0) + probe.rows
+
+    try:
+        asyncio.run(run_held(sb, schema, "SELECT * FROM c WHERE id = 1 FOR UPDATE",
+                             PrefetchOptions(connections=4, adaptive=False), 64 << 20, seen,
+                             lambda _engine: probed.get("c.pk", 0) >= CHILDREN // 2))
+    finally:
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    print("probed rows by table.kind:", probed)
+    assert probed.get("c.pk", 0) >= CHILDREN // 2 and "p.parent" not in probed, probed
+    for table in ("p", "c"):
+        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
+        assert replica.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+
+
 def _write_statements(sb: Sandbox, schema: str, statements: list[str]) -> None:
     conn = sb.source.connect(schema, autocommit=True)
     try:

@@ -230,7 +230,8 @@ skip_image(const unsigned char *buf, Py_ssize_t q, Py_ssize_t end, const unsigne
     return q;
 }
 
-static PyObject *str_table_id, *str_images, *str_skips, *str_info, *str_qualified, *str_probeable;
+static PyObject *str_table_id, *str_images, *str_skips, *str_info, *str_unchecked, *str_qualified,
+    *str_probeable;
 
 #define MAX_TABLES 16
 
@@ -566,7 +567,8 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     failed = 1;
                     break;
                 }
-                PyObject *info = PyObject_GetAttr(td, str_info);
+                /* NO_FOREIGN_KEY_CHECKS_F: the table as if it had no foreign keys (decoder.py). */
+                PyObject *info = PyObject_GetAttr(td, (rflags & 2) ? str_unchecked : str_info);
                 PyObject *qualified = PyObject_GetAttr(td, str_qualified);
                 PyObject *probeable = PyObject_GetAttr(td, str_probeable);
                 PyObject *kind_obj = PyTuple_GET_ITEM(kinds, kind);
@@ -710,9 +712,11 @@ PyInit__speedups(void)
     str_images = PyUnicode_InternFromString("_images");
     str_skips = PyUnicode_InternFromString("_skips");
     str_info = PyUnicode_InternFromString("info");
+    str_unchecked = PyUnicode_InternFromString("unchecked");
     str_qualified = PyUnicode_InternFromString("qualified");
     str_probeable = PyUnicode_InternFromString("probeable");
-    if (!str_table_id || !str_images || !str_skips || !str_info || !str_qualified || !str_probeable)
+    if (!str_table_id || !str_images || !str_skips || !str_info || !str_unchecked || !str_qualified
+        || !str_probeable)
         return NULL;
     return PyModule_Create(&module);
 }

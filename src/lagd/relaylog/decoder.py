@@ -16,7 +16,7 @@ import re
 import struct
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import zstandard
 
@@ -59,6 +59,8 @@ log = logging.getLogger("lagd.relaylog")
 _RESUME_EVENT_MAX = 1024
 # Caches keyed by log bytes: bounded so a damaged stream cannot grow them.
 _MAX_DEFINITION_BYTES = 64 << 20
+# A rows event's flag: its statement ran with foreign_key_checks=0 (the replica's SQL thread too).
+_NO_FOREIGN_KEY_CHECKS = 0x0002
 _MAX_IMAGES_PER_TABLE = 256
 _MAX_LOAD_BLOCKS = 64
 
@@ -115,11 +117,14 @@ class ReaderStats:
 class _TableDecoder:
     """Decodes the rows of one table definition (one table-map body)."""
 
-    __slots__ = ("_images", "_skips", "info", "probeable", "qualified", "table_id", "tm")
+    __slots__ = ("_images", "_skips", "info", "probeable", "qualified", "table_id", "tm", "unchecked")
 
     def __init__(self, tm: TableMap, info: TableInfo) -> None:
         self.tm = tm
         self.info = info
+        # The rows of an event logged with foreign_key_checks=0 (NO_FOREIGN_KEY_CHECKS_F):
+        # the SQL thread checks no parent for them, so their table says it has no foreign keys.
+        self.unchecked = replace(info, foreign_keys=()) if info.foreign_keys else info
         self.table_id = tm.table_id
         self.qualified = info.qualified
         self.probeable = info.probeable
@@ -420,7 +425,7 @@ class EventDecoder:
         if rflags & 1:  # STMT_END_F
             self.trx_statements += 1
         self.trx_tables.add(td.qualified)
-        info = td.info
+        info = td.unchecked if rflags & _NO_FOREIGN_KEY_CHECKS else td.info
         before_dec = td.image(present)
         mark = len(out)
         if typ == w.PARTIAL_UPDATE_ROWS_EVENT:
@@ -434,7 +439,7 @@ class EventDecoder:
             out.append(_new_row(info, kind, before if self.values else None, None))
             p = end
         else:
-            p = self._row_images(ev, p, end, td, kind, before_dec,
+            p = self._row_images(ev, p, end, info, kind, before_dec,
                              td.image(present2) if kind is RowKind.UPDATE else None, out, self.values)
             if not self.values:
                 # So that the C path takes this table's next rows without values.
@@ -453,7 +458,7 @@ class EventDecoder:
             out.append(self._end(next_offset, 0, True, None))
 
     @staticmethod
-    def _row_images(ev: bytes, p: int, end: int, td: _TableDecoder, kind: RowKind,
+    def _row_images(ev: bytes, p: int, end: int, info: TableInfo, kind: RowKind,
                 first: ImageDecoder, second: ImageDecoder | None, out: list[Event],
                 values: bool = True) -> int:
         """Decode the rows of one event; every row must consume bytes.
@@ -461,7 +466,6 @@ class EventDecoder:
         Without that check a damaged column set decoding to zero bytes a row
         (a column count of 0, zero-width types) would append rows forever.
         """
-        info = td.info
         append = out.append
         mark = len(out)
         while p < end:

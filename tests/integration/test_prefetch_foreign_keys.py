@@ -7,7 +7,8 @@ and UPDATEs that move a child to another parent. The SQL thread checks each
 new value in the parent; the engine probes those entries ("parent" probes
 into the parent's PRIMARY and ``u``), none for a NULL or an unchanged value,
 and the replica ends equal to the source. The same INSERTs logged as statements
-(what a MIXED source logs) are probed in the parent from their literals.
+(what a MIXED source logs) are probed in the parent from their literals; rows
+logged with foreign_key_checks=0 are checked in no parent, and probed in none.
 """
 
 from __future__ import annotations
@@ -25,36 +26,30 @@ from tests.integration.test_relaylog_sandbox import wait_received
 
 PARENTS = 1000
 CHILDREN = 200
+PARENT = "CREATE TABLE p (id INT PRIMARY KEY)"
+CHILD = ("CREATE TABLE c (id INT PRIMARY KEY, pid INT NOT NULL, n INT NOT NULL DEFAULT 0,"
+         " CONSTRAINT to_p FOREIGN KEY (pid) REFERENCES p (id))")
+HELD = "UPDATE c SET n = 1 WHERE id = 1"  # the backlog's first change: the SQL thread waits on it
 
 
 def test_parent_entries_of_foreign_keys_are_probed(sandbox: Sandbox, schema: str) -> None:
     sb = sandbox
-    sb.source.query(f"CREATE TABLE `{schema}`.p (id INT PRIMARY KEY, u INT NOT NULL, UNIQUE KEY u (u))")
-    sb.source.query(f"CREATE TABLE `{schema}`.c (id INT PRIMARY KEY, pid INT NOT NULL, pu INT NULL,"
-                    " n INT NOT NULL DEFAULT 0,"
-                    " CONSTRAINT to_p FOREIGN KEY (pid) REFERENCES p (id),"
-                    " CONSTRAINT to_pu FOREIGN KEY (pu) REFERENCES p (u))")
-    sb.source.query(f"INSERT INTO p SELECT seq, seq + {PARENTS} FROM seq_1_to_{PARENTS}", db=schema)
-    sb.source.query("INSERT INTO c (id, pid, pu) VALUES (1, 1, NULL)", db=schema)
-    sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
-    conn = sb.source.connect(schema, autocommit=True)
+    backlog = [HELD]
+    for i in range(2, CHILDREN):
+        pu = "NULL" if i % 2 else str(PARENTS + 3 * i)  # half the rows: no check of `u`
+        backlog.append(f"INSERT INTO c (id, pid, pu) VALUES ({i}, {3 * i}, {pu})")
+    for i in range(2, CHILDREN, 4):
+        backlog.append(f"UPDATE c SET pid = {3 * i + 1} WHERE id = {i}")  # a new parent: checked
+        backlog.append(f"UPDATE c SET n = 2 WHERE id = {i + 1}")  # no key set: not checked
+    _backlog(sb, schema, [
+        "CREATE TABLE p (id INT PRIMARY KEY, u INT NOT NULL, UNIQUE KEY u (u))",
+        "CREATE TABLE c (id INT PRIMARY KEY, pid INT NOT NULL, pu INT NULL, n INT NOT NULL DEFAULT 0,"
+        " CONSTRAINT to_p FOREIGN KEY (pid) REFERENCES p (id),"
+        " CONSTRAINT to_pu FOREIGN KEY (pu) REFERENCES p (u))",
+        f"INSERT INTO p SELECT seq, seq + {PARENTS} FROM seq_1_to_{PARENTS}",
+        "INSERT INTO c (id, pid, pu) VALUES (1, 1, NULL)"], backlog, "ROW")
+    keys: dict[str, set[int]] = {}
     try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION binlog_format = 'ROW'")
-            cur.execute("UPDATE c SET n = 1 WHERE id = 1")  # the SQL thread waits here
-            for i in range(2, CHILDREN):
-                pu = "NULL" if i % 2 else str(PARENTS + 3 * i)  # half the rows: no check of `u`
-                cur.execute(f"INSERT INTO c (id, pid, pu) VALUES ({i}, {3 * i}, {pu})")
-            for i in range(2, CHILDREN, 4):
-                cur.execute(f"UPDATE c SET pid = {3 * i + 1} WHERE id = {i}")  # a new parent: checked
-                cur.execute(f"UPDATE c SET n = 2 WHERE id = {i + 1}")  # no key set: not checked
-    finally:
-        conn.close()
-    wait_received(sb)
-    replica = sb.replica()
-    try:
-        keys: dict[str, set[int]] = {}
         snap = asyncio.run(_run_engine(sb, schema, keys))
     finally:
         sb.start_sql_thread()
@@ -69,9 +64,98 @@ def test_parent_entries_of_foreign_keys_are_probed(sandbox: Sandbox, schema: str
     probed_u = keys.get("p.u", set())
     assert probed_u and all((v - PARENTS) % 6 == 0 for v in probed_u), probed_u  # even i only
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool["last_error"]
+    _assert_same_data(sb, schema)
+
+
+def test_insert_statements_probe_their_parents(sandbox: Sandbox, schema: str) -> None:
+    sb = sandbox
+    # The SQL thread waits on the first UPDATE. The cursor's first read passes by the
+    # INSERTs in it (table_lookup: c is looked up after the read, with its parent p);
+    # the rest are written once it has, and read with both known.
+    auto = CHILD.replace("id INT PRIMARY KEY", "id INT AUTO_INCREMENT PRIMARY KEY")
+    _backlog(sb, schema, [PARENT, auto, f"INSERT INTO p SELECT seq FROM seq_1_to_{PARENTS}",
+                          "INSERT INTO c (pid) VALUES (1)"],
+             [HELD, *(f"INSERT INTO c (pid) VALUES ({i})" for i in range(2, 20))], "STATEMENT")
+    rest = [f"INSERT INTO c (pid) VALUES ({i})" for i in range(20, PARENTS)]
+    writer: list[threading.Thread] = []
+    keys: dict[str, set[int]] = {}
+
+    def enough(engine: PrefetchEngine) -> bool:
+        if not writer and engine.batcher.skipped.get("table_lookup"):
+            writer.append(threading.Thread(target=_write, args=(sb, schema, rest, "STATEMENT")))
+            writer[0].start()
+        return len(keys.get("p.PRIMARY", ())) >= 100
+
+    try:
+        snap = asyncio.run(_run_engine(sb, schema, keys, kind="statement", enough=enough))
+    finally:
+        for t in writer:
+            t.join()
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    print("probed keys by table.index:", {k: len(v) for k, v in keys.items()},
+          "skipped:", snap.counters["skipped"])
+    assert writer, "the cursor's first read passed by INSERTs on a table not looked up yet"
+    assert set(keys) - {"c.None"} == {"p.PRIMARY"}, keys  # the child's entries need its auto-increment id
+    assert keys["p.PRIMARY"] <= set(range(2, PARENTS)) and len(keys["p.PRIMARY"]) >= 100
+    assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool["last_error"]
+    _assert_same_data(sb, schema)
+
+
+def test_rows_logged_without_foreign_key_checks_probe_no_parent(sandbox: Sandbox, schema: str) -> None:
+    """A session with foreign_key_checks=0 (a dump restored, a bulk load): its rows events say
+    so, the SQL thread checks no parent, and no parent is probed; the child's rows are."""
+    sb = sandbox
+    _backlog(sb, schema, [PARENT, CHILD, f"INSERT INTO p SELECT seq FROM seq_1_to_{PARENTS}",
+                          "INSERT INTO c (id, pid) VALUES (1, 1)"],
+             [HELD, "SET SESSION foreign_key_checks = 0",
+              # descending ids: not appends (rewrite._appends), each one probed
+              *(f"INSERT INTO c (id, pid) VALUES ({10_000 - 3 * i}, {3 * i})" for i in range(2, CHILDREN))],
+             "ROW")
+    probed: dict[str, int] = {}
+
+    def seen(_engine: PrefetchEngine, probe: Any) -> None:
+        if probe.schema == schema:
+            probed[f"{probe.table}.{probe.kind}"] = probed.get(f"{probe.table}.{probe.kind}", 0) + probe.rows
+
+    try:
+        asyncio.run(run_held(sb, schema, "SELECT * FROM c WHERE id = 1 FOR UPDATE",
+                             PrefetchOptions(connections=4, adaptive=False), 64 << 20, seen,
+                             lambda _engine: probed.get("c.pk", 0) >= CHILDREN // 2))
+    finally:
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    print("probed rows by table.kind:", probed)
+    assert probed.get("c.pk", 0) >= CHILDREN // 2 and "p.parent" not in probed, probed
+    _assert_same_data(sb, schema)
+
+
+def _backlog(sb: Sandbox, schema: str, setup: list[str], backlog: list[str], binlog_format: str) -> None:
+    """``setup`` applied on both servers, then the SQL thread stopped and ``backlog``
+    written and received by the replica."""
+    for sql in setup:
+        sb.source.query(sql, db=schema)
+    sb.wait_caught_up(timeout=60)
+    sb.stop_sql_thread()
+    _write(sb, schema, backlog, binlog_format)
+    wait_received(sb)
+
+
+def _write(sb: Sandbox, schema: str, statements: list[str], binlog_format: str) -> None:
+    conn = sb.source.connect(schema, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(f"SET SESSION binlog_format = '{binlog_format}'")
+            for sql in statements:
+                cur.execute(sql)
+    finally:
+        conn.close()
+
+
+def _assert_same_data(sb: Sandbox, schema: str) -> None:
     for table in ("p", "c"):
         src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
-        assert replica.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+        assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
 
 
 async def _run_engine(sb: Sandbox, schema: str, keys: dict[str, set[int]], kind: str = "parent",
@@ -92,101 +176,3 @@ async def _run_engine(sb: Sandbox, schema: str, keys: dict[str, set[int]], kind:
                             PrefetchOptions(connections=4, adaptive=False), 64 << 20, seen,
                             enough or (lambda _engine: len(keys.get("p.PRIMARY", ())) >= CHILDREN // 2))
     return engine.snapshot()
-
-
-def test_insert_statements_probe_their_parents(sandbox: Sandbox, schema: str) -> None:
-    sb = sandbox
-    sb.source.query(f"CREATE TABLE `{schema}`.p (id INT PRIMARY KEY)")
-    sb.source.query(f"CREATE TABLE `{schema}`.c (id INT AUTO_INCREMENT PRIMARY KEY, pid INT NOT NULL,"
-                    " n INT NOT NULL DEFAULT 0, CONSTRAINT to_p FOREIGN KEY (pid) REFERENCES p (id))")
-    sb.source.query(f"INSERT INTO p SELECT seq FROM seq_1_to_{PARENTS}", db=schema)
-    sb.source.query("INSERT INTO c (pid) VALUES (1)", db=schema)
-    sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
-    # The SQL thread waits on the first UPDATE. The cursor's first read passes by the
-    # INSERTs in it (table_lookup: c is looked up after the read, with its parent p);
-    # the rest are written once it has, and read with both known.
-    _write_statements(sb, schema, ["UPDATE c SET n = 1 WHERE id = 1",
-                                   *(f"INSERT INTO c (pid) VALUES ({i})" for i in range(2, 20))])
-    wait_received(sb)
-    rest = [f"INSERT INTO c (pid) VALUES ({i})" for i in range(20, PARENTS)]
-    writer: list[threading.Thread] = []
-    keys: dict[str, set[int]] = {}
-
-    def enough(engine: PrefetchEngine) -> bool:
-        if not writer and engine.batcher.skipped.get("table_lookup"):
-            writer.append(threading.Thread(target=_write_statements, args=(sb, schema, rest)))
-            writer[0].start()
-        return len(keys.get("p.PRIMARY", ())) >= 100
-
-    replica = sb.replica()
-    try:
-        snap = asyncio.run(_run_engine(sb, schema, keys, kind="statement", enough=enough))
-    finally:
-        for t in writer:
-            t.join()
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
-    print("probed keys by table.index:", {k: len(v) for k, v in keys.items()},
-          "skipped:", snap.counters["skipped"])
-    assert writer, "the cursor's first read passed by INSERTs on a table not looked up yet"
-    assert set(keys) - {"c.None"} == {"p.PRIMARY"}, keys  # the child's entries need its auto-increment id
-    assert keys["p.PRIMARY"] <= set(range(2, PARENTS)) and len(keys["p.PRIMARY"]) >= 100
-    assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool["last_error"]
-    for table in ("p", "c"):
-        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
-        assert replica.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
-
-
-def test_rows_logged_without_foreign_key_checks_probe_no_parent(sandbox: Sandbox, schema: str) -> None:
-    """A session with foreign_key_checks=0 (a dump restored, a bulk load): its rows events say
-    so, the SQL thread checks no parent, and no parent is probed; the child's rows are."""
-    sb = sandbox
-    sb.source.query(f"CREATE TABLE `{schema}`.p (id INT PRIMARY KEY)")
-    sb.source.query(f"CREATE TABLE `{schema}`.c (id INT PRIMARY KEY, pid INT NOT NULL, n INT NOT NULL"
-                    " DEFAULT 0, CONSTRAINT to_p FOREIGN KEY (pid) REFERENCES p (id))")
-    sb.source.query(f"INSERT INTO p SELECT seq FROM seq_1_to_{PARENTS}", db=schema)
-    sb.source.query("INSERT INTO c (id, pid) VALUES (1, 1)", db=schema)
-    sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
-    conn = sb.source.connect(schema, autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION binlog_format = 'ROW'")
-            cur.execute("UPDATE c SET n = 1 WHERE id = 1")  # the SQL thread waits here
-            cur.execute("SET SESSION foreign_key_checks = 0")
-            for i in range(2, CHILDREN):  # descending ids: not appends, each one probed
-                cur.execute(f"INSERT INTO c (id, pid) VALUES ({10_000 - 3 * i}, {3 * i})")
-    finally:
-        conn.close()
-    wait_received(sb)
-    replica = sb.replica()
-    probed: dict[str, int] = {}
-
-    def seen(_engine: PrefetchEngine, probe: Any) -> None:
-        if probe.schema == schema:
-            probed[f"{probe.table}.{probe.kind}"] = probed.get(f"{probe.table}.{probe.kind}", 0) + probe.rows
-
-    try:
-        asyncio.run(run_held(sb, schema, "SELECT * FROM c WHERE id = 1 FOR UPDATE",
-                             PrefetchOptions(connections=4, adaptive=False), 64 << 20, seen,
-                             lambda _engine: probed.get("c.pk", 0) >= CHILDREN // 2))
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
-    print("probed rows by table.kind:", probed)
-    assert probed.get("c.pk", 0) >= CHILDREN // 2 and "p.parent" not in probed, probed
-    for table in ("p", "c"):
-        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
-        assert replica.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
-
-
-def _write_statements(sb: Sandbox, schema: str, statements: list[str]) -> None:
-    conn = sb.source.connect(schema, autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SET SESSION binlog_format = 'STATEMENT'")
-            for sql in statements:
-                cur.execute(sql)
-    finally:
-        conn.close()

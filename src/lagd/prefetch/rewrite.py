@@ -612,8 +612,8 @@ def _appends(ip: _IndexPlan, entry: Any) -> bool:
     leaf the SQL thread has just written for the INSERT before, in memory.
 
     An integer clustered key also counts within APPEND_SPAN under the highest:
-    concurrent writers commit their auto-increment ids out of order (4 writers: half
-    of them below the highest seen), and the rows just under it are the ones the SQL
+    concurrent writers commit their auto-increment ids out of order (4 writers: 30% of
+    them below the highest seen), and the rows just under it are the ones the SQL
     thread has just inserted, in the same last leaves. A secondary or unique entry (a
     ``created_at`` index: its value, then the key) counts only above the highest. Only
     numbers and dates are compared (a collation's order is not Python's). The first

@@ -23,6 +23,7 @@ from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
 from tests.integration.engine_util import run_held
 from tests.integration.test_relaylog_sandbox import wait_received
+from tests.integration.test_relaylog_statements import run_on_source
 
 PARENTS = 1000
 CHILDREN = 200
@@ -82,7 +83,7 @@ def test_insert_statements_probe_their_parents(sandbox: Sandbox, schema: str) ->
 
     def enough(engine: PrefetchEngine) -> bool:
         if not writer and engine.batcher.skipped.get("table_lookup"):
-            writer.append(threading.Thread(target=_write, args=(sb, schema, rest, "STATEMENT")))
+            writer.append(threading.Thread(target=run_on_source, args=(sb, schema, rest, "STATEMENT")))
             writer[0].start()
         return len(keys.get("p.PRIMARY", ())) >= 100
 
@@ -137,19 +138,8 @@ def _backlog(sb: Sandbox, schema: str, setup: list[str], backlog: list[str], bin
         sb.source.query(sql, db=schema)
     sb.wait_caught_up(timeout=60)
     sb.stop_sql_thread()
-    _write(sb, schema, backlog, binlog_format)
+    run_on_source(sb, schema, backlog, binlog_format)
     wait_received(sb)
-
-
-def _write(sb: Sandbox, schema: str, statements: list[str], binlog_format: str) -> None:
-    conn = sb.source.connect(schema, autocommit=True)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SET SESSION binlog_format = '{binlog_format}'")
-            for sql in statements:
-                cur.execute(sql)
-    finally:
-        conn.close()
 
 
 def _assert_same_data(sb: Sandbox, schema: str) -> None:

@@ -201,7 +201,8 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
     classes = tuple(_class(str(c.get("COLUMN_TYPE") or "")) for c in cols)
     # Prefix, FULLTEXT and functional indexes too: an UPDATE of their columns moves an entry.
     indexed = {str(r["COLUMN_NAME"]).lower() for r in stat_rows if r.get("COLUMN_NAME") is not None}
-    usable = [ix for ix in btree_indexes(stat_rows, {n: i for i, n in enumerate(spelled)})
+    ordinal = {n: i for i, n in enumerate(spelled)}
+    usable = [ix for ix in btree_indexes(stat_rows, ordinal)
               if not any(p is not None for p in ix.prefix_lengths)]
     primary = next((ix.columns for ix in usable if ix.primary), ())
     indexes = []
@@ -213,7 +214,7 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
         indexes.append(KeyIndex(ix.name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})",
                                 ix.unique or ix.primary))
     return TableKeys(names, classes, tuple(indexes), frozenset(indexed),
-                     tuple(foreign_keys(fks, {n: i for i, n in enumerate(spelled)})))
+                     tuple(foreign_keys(fks, ordinal)))
 
 
 def _class(column_type: str) -> str | None:

@@ -457,7 +457,7 @@ class ProbeBatcher:
                     self.skipped["append"] += 1  # a created_at index: its last leaf, as above
                 else:
                     self._queue(ip, image, value, out, plan)
-            if plan.foreign and kind is RowKind.INSERT:
+            if plan.foreign and insert:
                 self._parents(plan, image, None, out)
         return out or _NO_PROBES
 

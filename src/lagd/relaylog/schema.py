@@ -2,9 +2,9 @@
 
 Two sources: the table map itself (``binlog_row_metadata=FULL`` carries names
 and the primary key) and information_schema on the replica, which alone knows
-secondary and unique indexes and foreign keys. The reader asks once per table definition (it
-caches decoders by the table map's bytes) and drops the answer when DDL for
-the table passes in the relay log.
+secondary and unique indexes and foreign keys. The reader asks once per table
+definition (it caches decoders by the table map's bytes) and drops the answer
+when DDL for the table passes in the relay log.
 """
 
 from __future__ import annotations
@@ -284,7 +284,8 @@ class InformationSchemaResolver(TableMapResolver):
                 charset = codec_for_charset(r.get("CHARACTER_SET_NAME"))
             columns.append(Column(names[i], col.type_name, r.get("IS_NULLABLE") == "YES",
                                   unsigned, charset))
-        indexes = btree_indexes(stat_rows, {n: i for i, n in enumerate(names)})
+        ordinal = {n: i for i, n in enumerate(names)}
+        indexes = btree_indexes(stat_rows, ordinal)
         indexes.sort(key=lambda ix: (not ix.primary, not ix.unique, ix.name))
         key = next((ix for ix in indexes if ix.primary), None)
         if key is None:
@@ -294,7 +295,7 @@ class InformationSchemaResolver(TableMapResolver):
                  if ix.unique and all(not columns[col].nullable for col in ix.columns)),
                 None,
             )
-        fks = tuple(foreign_keys(fk_rows, {n: i for i, n in enumerate(names)}))
+        fks = tuple(foreign_keys(fk_rows, ordinal))
         if fks:
             with self._lock:
                 self._referenced.update(((fk.parent_schema, fk.parent_table), None) for fk in fks)

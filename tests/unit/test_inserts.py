@@ -52,6 +52,21 @@ def test_table_keys_classes_and_indexes() -> None:
     assert table_keys([], []) is None  # not visible to lagd, or gone
 
 
+def test_text_in_another_character_set_is_converted_in_the_probe() -> None:
+    """MariaDB 10.11 compares a utf8mb4 literal in a row constructor with a latin1
+    column unconverted: `(code, n) IN (('é', 1))` found no row (test_rewrite_types_sandbox)."""
+    cols, stats = info_rows([("code", "varchar(10)"), ("n", "int(11)"), ("t", "char(3)")],
+                            [("PRIMARY", ("code", "n"), True), ("u_t", ("t",), True)])
+    cols[0]["CHARACTER_SET_NAME"] = "latin1"
+    cols[2]["CHARACTER_SET_NAME"] = "utf8mb3"  # a subset of the session's: compared as sent
+    keys = table_keys(cols, stats)
+    assert keys is not None and keys.classes == ("text:latin1", "int", "text")
+    assert probed("INSERT INTO t VALUES ('é', 1, 'x'), ('a''b', 2, 'y')", keys) == {
+        "PRIMARY": ["(CONVERT('é' USING latin1), 1)", "(CONVERT('a''b' USING latin1), 2)"],
+        "u_t": ["'x'", "'y'"]}
+    assert probed("INSERT INTO t VALUES (7, 1, 'x')", keys) == {"u_t": ["'x'"]}  # a number: not text
+
+
 def shape_of(sql: str, schema: str | None = "s") -> tuple[InsertShape | StatementRewrite, tuple[str, ...],
                                                            tuple[bool, ...]]:
     cut = fingerprint(sql)

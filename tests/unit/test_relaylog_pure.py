@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import math
 from decimal import Decimal
 
 import pytest
@@ -99,6 +100,42 @@ def test_datetime2_and_fractions():
         2022, 4, 20, 22, 18, 4, 123456
     )
     assert c.decode_datetime2((0x8000000000).to_bytes(5, "big"), 0, 0) == "0000-00-00 00:00:00"
+
+
+def _time2_bytes(sign: int, h: int, m: int, s: int, micro: int, fsp: int) -> bytes:
+    """The server's writer (my_time.cc, my_time_packed_to_binary), with C's arithmetic:
+    the integer part by an arithmetic shift (floor), the fraction by truncating %."""
+    nr = sign * (((h << 12 | m << 6 | s) << 24) + micro)
+    whole, frac = nr >> 24, int(math.fmod(nr, 1 << 24))
+    if fsp in (1, 2):
+        return (whole + 0x800000).to_bytes(3, "big") + (int(frac / 10000) & 0xFF).to_bytes(1, "big")
+    if fsp in (3, 4):
+        return (whole + 0x800000).to_bytes(3, "big") + (int(frac / 100) & 0xFFFF).to_bytes(2, "big")
+    if fsp in (5, 6):
+        return (nr + 0x800000000000).to_bytes(6, "big")
+    return (whole + 0x800000).to_bytes(3, "big")
+
+
+@pytest.mark.parametrize(
+    ("sign", "h", "m", "s", "micro", "fsp"),
+    [
+        (1, 12, 34, 56, 789000, 3),  # read as one integer this was 12:34:58.019840
+        (-1, 0, 0, 1, 500000, 3),  # the fraction borrows a second: was -00:00:02.28
+        (-1, 0, 0, 1, 500000, 1),
+        (-1, 838, 59, 59, 0, 3),
+        (1, 838, 59, 59, 990000, 2),
+        (-1, 0, 0, 0, 10000, 2),
+        (-1, 1, 2, 3, 123400, 4),
+        (1, 0, 0, 0, 0, 4),
+        (-1, 0, 0, 1, 0, 1),  # a negative whole second: no fraction to borrow from
+        (-1, 0, 0, 1, 500001, 6),
+        (1, 23, 59, 59, 999999, 6),
+        (-1, 12, 0, 0, 0, 0),
+    ],
+)
+def test_time2(sign, h, m, s, micro, fsp):
+    want = sign * dt.timedelta(hours=h, minutes=m, seconds=s, microseconds=micro)
+    assert c.decode_time2(_time2_bytes(sign, h, m, s, micro, fsp), 0, fsp) == want
 
 
 @pytest.mark.parametrize(

@@ -67,6 +67,23 @@ def test_index_probe_sql(columns: tuple[str, ...], nulls: tuple[str, ...], keys:
     assert_plain_select(sql)
 
 
+@pytest.mark.parametrize(("columns", "convert", "where"), [
+    (("code", "id"), ("latin1", None), "(`code`, `id`) IN ((CONVERT(%s USING latin1), %s), (CONVERT(%s USING"
+                                       " latin1), %s))"),
+    (("code",), ("cp1251",), "`code` IN (CONVERT(%s USING cp1251), CONVERT(%s USING cp1251))"),
+    # the session's own character set, and binary, compare as sent
+    (("a", "b", "c"), ("utf8mb4", "utf8mb3", "binary"), "(`a`, `b`, `c`) IN ((%s, %s, %s), (%s, %s, %s))"),
+    (("a", "id"), (), "(`a`, `id`) IN ((%s, %s), (%s, %s))"),  # not known: as sent
+    (("a",), ("latin1; DROP",), "`a` IN (%s, %s)"),  # never a name that is not one
+], ids=["latin1-row", "cp1251-list", "session-sets", "unknown", "not-a-name"])
+def test_index_probe_sql_converts_keys_to_their_columns_character_set(
+        columns: tuple[str, ...], convert: tuple[str | None, ...], where: str) -> None:
+    sql = index_probe_sql("s", "t", "ix", columns, (), 2, convert)
+    assert sql == f"SELECT 1 FROM `s`.`t` FORCE INDEX (`ix`) WHERE {where}"
+    assert sql.count("%s") == 2 * len(columns)
+    assert_plain_select(sql)
+
+
 def test_index_probe_sql_quotes_odd_identifiers() -> None:
     sql = index_probe_sql("we`ird", "tä`b", "ix`1", ("c`o l",), (), 1)
     assert sql == "SELECT 1 FROM `we``ird`.`tä``b` FORCE INDEX (`ix``1`) WHERE `c``o l` IN (%s)"

@@ -46,7 +46,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, quote_ident
+from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, converted, quote_ident
 from lagd.relaylog.events import ForeignKey
 from lagd.relaylog.schema import btree_indexes, foreign_keys
 
@@ -198,7 +198,7 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
     stat_rows = list(stats)
     spelled = [str(c["COLUMN_NAME"]) for c in cols]
     names = tuple(n.lower() for n in spelled)
-    classes = tuple(_class(str(c.get("COLUMN_TYPE") or "")) for c in cols)
+    classes = tuple(_class(str(c.get("COLUMN_TYPE") or ""), c.get("CHARACTER_SET_NAME")) for c in cols)
     # Prefix, FULLTEXT and functional indexes too: an UPDATE of their columns moves an entry.
     indexed = {str(r["COLUMN_NAME"]).lower() for r in stat_rows if r.get("COLUMN_NAME") is not None}
     ordinal = {n: i for i, n in enumerate(spelled)}
@@ -217,14 +217,16 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
                      tuple(foreign_keys(fks, ordinal)))
 
 
-def _class(column_type: str) -> str | None:
+def _class(column_type: str, charset: Any = None) -> str | None:
+    """"int", "num", "text", or "text:<charset>" for text a probe converts (rewrite_sql.converted)."""
     base = column_type.lower().split("(")[0].split()[0] if column_type.strip() else ""
     if base in _INT_TYPES:
         return "int"
     if base in _NUM_TYPES:
         return "num"
     if base in _TEXT_TYPES and "binary" not in column_type.lower():
-        return "text"
+        to = converted(str(charset).lower() if charset else None)
+        return "text" if to is None else f"text:{to}"
     return None
 
 
@@ -233,7 +235,7 @@ def _fits(cls: str | None, literal: str, is_string: bool) -> bool:
         return not is_string and _INTEGER.fullmatch(literal) is not None
     if cls == "num":
         return not is_string and _NUMBER.fullmatch(literal) is not None
-    if cls == "text":
+    if cls is not None and cls.startswith("text"):
         return is_string and literal.startswith("'")
     return False
 
@@ -295,7 +297,7 @@ def _entry(parts: tuple[tuple[int, str], ...], lits: tuple[str, ...], strs: tupl
     for slot, cls in parts:
         if not _fits(cls, lits[slot], strs[slot]):
             return None
-        texts.append(lits[slot])
+        texts.append(f"CONVERT({lits[slot]} USING {cls[5:]})" if cls[4:5] == ":" else lits[slot])
     return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
 
 

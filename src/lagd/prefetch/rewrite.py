@@ -100,14 +100,15 @@ class PrefetchConfigError(LagdError):
 class _Batch:
     """Keys waiting for one SQL shape: one index, one set of NULL columns."""
 
-    __slots__ = ("covering", "index", "keys", "kind", "null_columns", "plan", "probe_columns",
+    __slots__ = ("convert", "covering", "index", "keys", "kind", "null_columns", "plan", "probe_columns",
                  "single", "sqls", "text")
 
     def __init__(self, plan: _IndexPlan | _ParentPlan, probe_columns: tuple[str, ...],
-                 null_columns: tuple[str, ...]) -> None:
+                 null_columns: tuple[str, ...], convert: tuple[str | None, ...] = ()) -> None:
         self.plan = plan
         self.index, self.kind, self.covering = plan.name, plan.kind, plan.covering
         self.probe_columns, self.null_columns = probe_columns, null_columns
+        self.convert = convert  # each probe column's character set to convert its key to
         self.single = len(probe_columns) == 1
         self.text = plan.text
         self.keys: dict[Any, None] = {}  # insertion-ordered set: duplicates probed once
@@ -118,14 +119,14 @@ class _Batch:
         if text is None:
             t = self.plan.table
             text = self.sqls[n] = index_probe_sql(t.schema, t.name, self.index, self.probe_columns,
-                                                  self.null_columns, n)
+                                                  self.null_columns, n, self.convert)
         return text
 
 
 class _IndexPlan:
     """One index of one table: slots, getters and batches, precomputed."""
 
-    __slots__ = ("batch", "change", "covering", "ext_columns", "ext_slots", "get", "kind",
+    __slots__ = ("batch", "change", "covering", "ext_columns", "ext_convert", "ext_slots", "get", "kind",
                  "masked", "name", "table", "text", "top")
 
     def __init__(self, table: TableInfo, index: Index, kind: str, key: Index) -> None:
@@ -137,11 +138,13 @@ class _IndexPlan:
         probe = ordinals if kind != "secondary" else ext
         self.ext_slots = tuple(table.slot(c) for c in ext)
         self.ext_columns = tuple(table.columns[c].name for c in ext)
+        self.ext_convert = tuple(table.columns[c].charset_name for c in ext)
         self.text = any(table.columns[c].charset is not None for c in ext)
         self.get = itemgetter(*(table.slot(c) for c in probe))
         # What must differ for an UPDATE to rewrite this index's entry.
         self.change = itemgetter(*self.ext_slots)
-        self.batch = _Batch(self, tuple(table.columns[c].name for c in probe), ())
+        self.batch = _Batch(self, tuple(table.columns[c].name for c in probe), (),
+                            tuple(table.columns[c].charset_name for c in probe))
         self.masked: dict[int, _Batch] = {}
         self.top: Any = None  # the highest entry an INSERT has added here (_appends)
 
@@ -167,7 +170,9 @@ class _ParentPlan:
         self.name, self.kind, self.covering = ref.index.name, _PARENT, True
         self.get = itemgetter(*(child.slot(c) for c in ref.columns))
         self.text = any(child.columns[c].charset is not None for c in ref.columns)
-        self.batch = _Batch(self, tuple(keys.names[c] for c in ref.index.columns), ())
+        # InnoDB requires a foreign key's text columns to share the parent's character set.
+        self.batch = _Batch(self, tuple(keys.names[c] for c in ref.index.columns), (),
+                            tuple(child.columns[c].charset_name for c in ref.columns))
 
 
 class TablePlan:
@@ -547,7 +552,8 @@ class ProbeBatcher:
             cols = ip.ext_columns
             batch = ip.masked[mask] = _Batch(
                 ip, tuple(c for i, c in enumerate(cols) if not mask >> i & 1),
-                tuple(c for i, c in enumerate(cols) if mask >> i & 1))
+                tuple(c for i, c in enumerate(cols) if mask >> i & 1),
+                tuple(c for i, c in enumerate(ip.ext_convert) if not mask >> i & 1))
         rest = tuple(v for v in values if v is not None)
         return batch, (rest[0] if batch.single else rest)
 

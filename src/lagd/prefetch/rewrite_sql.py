@@ -82,22 +82,47 @@ class Probe:
 
 def index_probe_sql(
     schema: str, table: str, index: str, columns: tuple[str, ...], null_columns: tuple[str, ...],
-    keys: int,
+    keys: int, convert: tuple[str | None, ...] = (),
 ) -> str:
     """``SELECT 1 ... FORCE INDEX (index) WHERE <null_columns IS NULL AND> columns IN (keys)``.
 
     FORCE INDEX keeps the optimizer from answering a primary-key probe from a
     smaller secondary index (which holds the key too) and so skipping the
-    page the SQL thread will need.
+    page the SQL thread will need. ``convert``: each column's character set
+    (None: leave the key as sent), see :func:`key_placeholder`.
     """
     head = (f"SELECT 1 FROM {quote_ident(schema)}.{quote_ident(table)}"
             f" FORCE INDEX ({quote_ident(index)}) WHERE ")
     nulls = "".join(f"{quote_ident(c)} IS NULL AND " for c in null_columns)
+    marks = [key_placeholder(convert[i] if i < len(convert) else None) for i in range(len(columns))]
     if len(columns) == 1:
-        return f"{head}{nulls}{quote_ident(columns[0])} IN ({', '.join(['%s'] * keys)})"
-    row = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        return f"{head}{nulls}{quote_ident(columns[0])} IN ({', '.join(marks * keys)})"
+    row = "(" + ", ".join(marks) + ")"
     names = ", ".join(quote_ident(c) for c in columns)
     return f"{head}{nulls}({names}) IN ({', '.join([row] * keys)})"
+
+
+# Character sets a utf8mb4 session's keys compare with as they are. Any other
+# text column gets its key converted first: MariaDB 10.11 compares a row
+# constructor's utf8mb4 string with a latin1 (cp1251, utf16, ...) column
+# without converting it, so `(pk, id) IN (('é', 1))` found no row where
+# `pk = 'é' AND id = 1` found it (in utf16 even ASCII keys missed). The probe
+# then read the leaf where that wrong key would be, and the SQL thread still
+# read the row's. Converted, the key matches and the plan stays a range.
+SESSION_CHARSETS = frozenset({"utf8mb4", "utf8mb3", "utf8", "binary"})
+
+
+def converted(charset: str | None) -> str | None:
+    """The character set a key of a text column in ``charset`` is converted to, or None."""
+    if charset is None or charset in SESSION_CHARSETS or not charset.isidentifier():
+        return None
+    return charset
+
+
+def key_placeholder(charset: str | None) -> str:
+    """``%s``, or ``CONVERT(%s USING cs)`` for a text column in another character set."""
+    to = converted(charset)
+    return "%s" if to is None else f"CONVERT(%s USING {to})"
 
 
 # --- statement-based DML --------------------------------------------------------

@@ -221,8 +221,22 @@ def decode_timestamp2(buf: bytes, pos: int, meta: int) -> dt.datetime | str:
 
 
 def decode_time2(buf: bytes, pos: int, meta: int) -> dt.timedelta:
+    """MySQL 5.6's TIME (MariaDB's too since 10.3): 3 bytes of hh:mm:ss, then 0-3 of
+    fraction. With 6 digits the 6 bytes are one offset integer; with 1-4 the fraction
+    is a byte of hundredths or two of ten-thousandths stored apart, and a negative
+    time borrows one second from it (my_time.cc, my_time_packed_from_binary). Read
+    as one integer, 12:34:56.789 came back as 12:34:58.0198 and -00:00:01.5 as
+    -00:00:02.28: keys that match no row."""
     n = (meta + 1) // 2
-    packed = (int.from_bytes(buf[pos : pos + 3 + n], "big") << ((3 - n) * 8)) - (0x800000 << 24)
+    if n == 3:
+        packed = int.from_bytes(buf[pos : pos + 6], "big") - 0x800000000000
+    else:
+        whole = int.from_bytes(buf[pos : pos + 3], "big") - 0x800000
+        frac = int.from_bytes(buf[pos + 3 : pos + 3 + n], "big")
+        if whole < 0 and frac:
+            whole += 1
+            frac -= 1 << (8 * n)
+        packed = (whole << 24) + frac * (0, 10000, 100)[n]
     sign = -1 if packed < 0 else 1
     packed = abs(packed)
     hms, frac = packed >> 24, packed & 0xFFFFFF

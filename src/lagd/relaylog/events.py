@@ -27,6 +27,10 @@ class Column:
     nullable: bool
     unsigned: bool = False
     charset: str | None = None  # Python codec for text; None for binary/non-text
+    # The server's character set of a CHAR/VARCHAR/TEXT column ("latin1"); None for any
+    # other column, or where neither the log nor information_schema says it. A probe
+    # converts its key to it (rewrite_sql.index_probe_sql).
+    charset_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

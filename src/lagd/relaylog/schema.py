@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from lagd.mysql.charsets import codec_for_charset, codec_for_collation
+from lagd.mysql.charsets import charset_of_collation, codec_for_charset, codec_for_collation
 from lagd.relaylog import _columns as c
 from lagd.relaylog._tablemap import TableMap
 from lagd.relaylog.events import Column, ForeignKey, Index, TableInfo
+
+_STRING_TYPE = re.compile(r"(var)?char|(tiny|medium|long)?text")
 
 log = logging.getLogger("lagd.relaylog.schema")
 
@@ -48,6 +51,7 @@ def _default_columns(tm: TableMap) -> list[Column]:
             codec: str | None = "utf8" if t != c.T_BLOB else None
         else:
             codec = codec_for_collation(collation) if text else None
+        named = charset_of_collation(collation) if t in c.CHARACTER_TYPES and collation is not None else None
         cols.append(
             Column(
                 name=tm.names[i] if tm.names else f"@{i + 1}",
@@ -55,6 +59,7 @@ def _default_columns(tm: TableMap) -> list[Column]:
                 nullable=tm.nullable[i],
                 unsigned=bool(tm.unsigned[i]) if tm.unsigned else False,
                 charset=codec,
+                charset_name=None if named == "binary" else named,  # ENUM and SET log numbers
             )
         )
     return cols
@@ -279,11 +284,13 @@ class InformationSchemaResolver(TableMapResolver):
         for i, (col, r) in enumerate(zip(base.columns, cols_rows, strict=True)):
             ctype = str(r.get("COLUMN_TYPE") or "").lower()
             unsigned = bool(tm.unsigned[i]) if tm.unsigned else "unsigned" in ctype
-            charset = col.charset
+            charset, charset_name = col.charset, col.charset_name
             if tm.collations is None:
                 charset = codec_for_charset(r.get("CHARACTER_SET_NAME"))
+            if charset_name is None and r.get("CHARACTER_SET_NAME") and _STRING_TYPE.match(ctype):
+                charset_name = str(r["CHARACTER_SET_NAME"]).lower()
             columns.append(Column(names[i], col.type_name, r.get("IS_NULLABLE") == "YES",
-                                  unsigned, charset))
+                                  unsigned, charset, charset_name))
         ordinal = {n: i for i, n in enumerate(names)}
         indexes = btree_indexes(stat_rows, ordinal)
         indexes.sort(key=lambda ix: (not ix.primary, not ix.unique, ix.name))

@@ -235,6 +235,20 @@ def test_an_insert_statement_probes_the_parent_entries_its_foreign_keys_check() 
     assert set(b.skipped) == {"insert_statement"}  # the first statement of each shape
 
 
+def test_an_insert_run_without_foreign_key_checks_probes_no_parent() -> None:
+    """foreign_key_checks=0 on the source (the Query event's flags2): the SQL thread checks
+    no parent for the statement, so none is probed; the table's own entries are."""
+    b = fk_batcher(("child", CHILD_KEYS), ("sbtest", SB_KEYS), ("accounts", ACCOUNTS_KEYS))
+    sql = "INSERT INTO child (id, sb_id, num, region) VALUES ({}, 42, 7, 3)"
+    b.add_statement(Statement("s", sql.format(0), 0, 0, False))
+    out = [*b.add_statement(Statement("s", sql.format(5), 0, 0, False)), *b.flush()]
+    own = [("child", "PRIMARY"), ("child", "acct"), ("child", "sb_id")]
+    assert sorted((p.table, p.index) for p in out) == own
+    checked = [*b.add_statement(Statement("s", sql.format(6), 0, 0)), *b.flush()]
+    assert sorted((p.table, p.index) for p in checked) == sorted(
+        [*own, ("accounts", "u_rn"), ("sbtest", "PRIMARY")])
+
+
 def test_a_parent_learnt_after_the_shape_was_planned_is_probed_from_then_on() -> None:
     b = fk_batcher(("child", CHILD_KEYS))
     sql = "INSERT INTO child (sb_id, note) VALUES ({}, 'x')"

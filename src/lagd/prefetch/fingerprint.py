@@ -271,7 +271,7 @@ class StatementBatcher:
         t = self._templates.get(key)
         if t is None:  # an INSERT shape never has a template: the test waits until here
             if is_insert(shape):
-                return self._insert(key, lits, strs)
+                return self._insert(key, lits, strs, stmt.foreign_key_checks)
             if self._first_seen(key):
                 return self._direct(stmt)
             self.stats["shapes"] += 1
@@ -314,8 +314,8 @@ class StatementBatcher:
         self.stats["first_seen"] += 1
         return True
 
-    def _insert(self, key: tuple[str, str | None], lits: tuple[str, ...], strs: tuple[bool, ...]
-                ) -> tuple[list[Probe], StatementRewrite | None]:
+    def _insert(self, key: tuple[str, str | None], lits: tuple[str, ...], strs: tuple[bool, ...],
+                checks: bool) -> tuple[list[Probe], StatementRewrite | None]:
         shape = self.inserts.known(key)
         if shape is None:
             if self._first_seen(key):
@@ -326,7 +326,7 @@ class StatementBatcher:
         if not self.wants(shape.schema):
             return [], _excluded(shape.schema)
         self.stats["inserts"] += 1
-        return self.inserts.add(shape, lits, strs)
+        return self.inserts.add(shape, lits, strs, checks)
 
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)

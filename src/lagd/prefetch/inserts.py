@@ -326,11 +326,12 @@ class Tables(Protocol):
 class _Entries:
     """One index's new entries waiting for their probe (a dict key by identity)."""
 
-    __slots__ = ("head", "index", "schema", "table", "values")
+    __slots__ = ("head", "index", "parent", "schema", "table", "values")
 
-    def __init__(self, schema: str, table: str, ix: KeyIndex) -> None:
+    def __init__(self, schema: str, table: str, ix: KeyIndex, parent: bool) -> None:
         self.head = probe_head(schema, table, ix).replace("%", "%%")
         self.schema, self.table, self.index = schema, table, ix.name
+        self.parent = parent  # a foreign key's check, in its parent
         self.values: dict[str, None] = {}
 
 
@@ -380,8 +381,10 @@ class InsertBatcher:
         got = self._shapes[key] = parse_insert(marked, key[1], slot_of)
         return got
 
-    def add(self, shape: InsertShape, lits: tuple[str, ...], strs: tuple[bool, ...]
+    def add(self, shape: InsertShape, lits: tuple[str, ...], strs: tuple[bool, ...], checks: bool = True
             ) -> tuple[list[Probe], StatementRewrite | None]:
+        """``checks``: False for a statement run with foreign_key_checks=0, whose parents the
+        SQL thread does not read."""
         self.tables.seen(shape.schema, shape.table, frozenset(), len(shape.rows))
         keys = self.tables.described(shape.schema, shape.table)
         if keys is None:
@@ -401,6 +404,8 @@ class InsertBatcher:
                                                         " names a column the replica's table lacks")
         out: list[Probe] = []
         for batch, parts in steps:
+            if batch.parent and not checks:
+                continue
             value = _entry(parts, lits, strs)
             if value is None:
                 continue
@@ -439,7 +444,7 @@ class InsertBatcher:
             key = (schema, table, ix)
             batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[key] = _Entries(schema, table, ix)
+                batch = self._batches[key] = _Entries(schema, table, ix, isinstance(target, ParentKey))
             steps.append((batch, parts))
         return tuple(steps), buffered
 

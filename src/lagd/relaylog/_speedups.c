@@ -633,11 +633,15 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         ? PyUnicode_DecodeUTF8((const char *)buf + at, db_len, "replace")
                         : Py_NewRef(Py_None);
                     PyObject *text = PyUnicode_DecodeUTF8((const char *)buf + sql, n, "surrogateescape");
-                    PyObject *a[4] = {schema, text, PyLong_FromUnsignedLong(le32(buf + body + 4)),
-                                      PyLong_FromUnsignedLong(ts)};
+                    /* As decoder.py: flags2 (Q_FLAGS2_CODE, first where a server wrote the status
+                       variables) with OPTION_NO_FOREIGN_KEY_CHECKS: the SQL thread checks no parent. */
+                    Py_ssize_t status = body + 13, status_len = le16(buf + body + 11);
+                    int unchecked = status_len >= 5 && buf[status] == 0 && (le32(buf + status + 1) & (1u << 26));
+                    PyObject *a[5] = {schema, text, PyLong_FromUnsignedLong(le32(buf + body + 4)),
+                                      PyLong_FromUnsignedLong(ts), unchecked ? Py_False : Py_True};
                     PyObject *ev = NULL;
                     if (schema && text && a[2] && a[3])
-                        ev = call(new_stmt, a, 4);
+                        ev = call(new_stmt, a, 5);
                     Py_XDECREF(schema); Py_XDECREF(text); Py_XDECREF(a[2]); Py_XDECREF(a[3]);
                     if (ev == NULL) goto error;
                     int rc = PyList_Append(out, ev);

@@ -61,6 +61,9 @@ _RESUME_EVENT_MAX = 1024
 _MAX_DEFINITION_BYTES = 64 << 20
 # A rows event's flag: its statement ran with foreign_key_checks=0 (the replica's SQL thread too).
 _NO_FOREIGN_KEY_CHECKS = 0x0002
+# A Query event's flags2 bit for foreign_key_checks=0 (OPTION_NO_FOREIGN_KEY_CHECKS, the
+# same bit on MySQL and MariaDB).
+_STATEMENT_NO_FK_CHECKS = 1 << 26
 _MAX_IMAGES_PER_TABLE = 256
 _MAX_LOAD_BLOCKS = 64
 
@@ -559,11 +562,16 @@ class EventDecoder:
         ph = self.post_header.get(typ, 26 if typ == w.EXECUTE_LOAD_QUERY_EVENT else 13)
         status_len = w.U16.unpack_from(buf, p + 11)[0] if ph >= 13 else 0
         file_id = w.U32.unpack_from(buf, p + 13)[0] if typ == w.EXECUTE_LOAD_QUERY_EVENT else 0
+        status = p + ph
         p += ph + status_len
         if p + db_len + 1 > end or buf[p + db_len] != 0:
             raise w.WireError(
                 f"query event fields (status {status_len} bytes, schema {db_len}) overrun the event"
             )
+        # Q_FLAGS2_CODE comes first where a server wrote the status variables: the session's
+        # options the SQL thread applies the statement with.
+        unchecked = status_len >= 5 and buf[status] == 0 and \
+            w.U32.unpack_from(buf, status + 1)[0] & _STATEMENT_NO_FK_CHECKS != 0
         schema = buf[p : p + db_len].decode("utf-8", "replace") or None
         p += db_len + 1
         sql_bytes = buf[p:end]
@@ -608,7 +616,7 @@ class EventDecoder:
             data_bytes, lines = self._load_blocks.pop(file_id, [0, 0])
             out.append(LoadData(schema, sql, exec_time, ts, data_bytes, lines))
         elif word in DML:
-            out.append(Statement(schema, sql, exec_time, ts))
+            out.append(Statement(schema, sql, exec_time, ts, not unchecked))
         else:
             tables = ddl_tables(sql, schema) if word in SCHEMA_CHANGING else ()
             out.append(Ddl(schema, sql, tables, ts))

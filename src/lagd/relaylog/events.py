@@ -227,6 +227,9 @@ class Statement:
     sql: str
     exec_time: int  # seconds the source took to run it
     header_time: int
+    # False when the source session ran it with foreign_key_checks=0 (the Query event's
+    # flags2, OPTION_NO_FOREIGN_KEY_CHECKS): the SQL thread then checks no parent either.
+    foreign_key_checks: bool = True
 
 
 @dataclass(frozen=True, slots=True)

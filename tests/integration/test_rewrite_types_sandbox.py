@@ -79,7 +79,12 @@ SHAPES = [
     " a INT AS (JSON_VALUE(j, '$.a')) VIRTUAL, KEY a_idx (a))",
     "CREATE TABLE z_text (id INT NOT NULL PRIMARY KEY, t TEXT NOT NULL, b BLOB NOT NULL,"
     " KEY t_pfx (t(8)), KEY b_pfx (b(4)))",
+    # InnoDB clusters on the first NOT NULL unique key where there is no primary key
+    "CREATE TABLE z_nopk (id INT NOT NULL, u VARCHAR(12) CHARACTER SET latin1 NOT NULL, k INT NOT NULL,"
+    " UNIQUE KEY u_idx (u, id), KEY k_idx (k))",
+    "CREATE TABLE z_pkpfx (id INT NOT NULL, t VARCHAR(40) NOT NULL, PRIMARY KEY (t(30)), KEY id_idx (id))",
 ]
+SHAPE_TABLES = ("z_gen", "z_desc", "z_part", "z_inv", "z_json", "z_text", "z_nopk", "z_pkpfx")
 
 
 def _shape_rows(ids: range) -> list[str]:
@@ -90,6 +95,9 @@ def _shape_rows(ids: range) -> list[str]:
         *(f"INSERT INTO z_inv (id, h, k) VALUES ({i}, {i * 5}, {i})" for i in ids),
         *(f"INSERT INTO z_json (id, j) VALUES ({i}, '{{\"a\": {i}, \"b\": \"x{i}\"}}')" for i in ids),
         *(f"INSERT INTO z_text VALUES ({i}, CONCAT(REPEAT('t', 20), '{i}'), CONCAT(x'00ff', '{i}'))"
+          for i in ids),
+        *(f"INSERT INTO z_nopk VALUES ({i}, 'ü-{i}', {i % 7})" for i in ids),
+        *(f"INSERT INTO z_pkpfx VALUES ({i}, CONCAT(REPEAT('p', 24), LPAD({i}, 6, '0'), 'tail'))"
           for i in ids),
     ]
 
@@ -113,7 +121,7 @@ def zoo(sandbox: Sandbox, schema: str) -> Iterator[tuple[Sandbox, str, RelayLogR
             cur.execute(stmt)
         for name, _typ, _values in TYPES:
             cur.execute(f"ANALYZE TABLE z_{name}")
-        for table in ("z_gen", "z_desc", "z_part", "z_inv", "z_json", "z_text"):
+        for table in SHAPE_TABLES:
             cur.execute(f"ANALYZE TABLE {table}")
     sandbox.wait_caught_up(timeout=60)
     sandbox.stop_sql_thread()
@@ -131,7 +139,7 @@ def test_row_probes_find_every_key_on_every_type(zoo: tuple[Sandbox, str, RelayL
     sb, schema, reader = zoo
     deletes = [f"DELETE FROM z_{name} WHERE id BETWEEN 1 AND {len(values)}" for name, _t, values in TYPES]
     deletes += [f"DELETE FROM {t} WHERE id BETWEEN {TARGETS.start} AND {TARGETS.stop - 1}"
-                for t in ("z_gen", "z_desc", "z_part", "z_inv", "z_json", "z_text")]
+                for t in SHAPE_TABLES]
     write(sb, schema, ["SET SESSION time_zone = '+00:00'", "SET SESSION sql_mode = ''", *deletes])
     conn = probe_conn(sb)
     batcher = ProbeBatcher(max_keys=4)
@@ -158,7 +166,9 @@ def test_row_probes_find_every_key_on_every_type(zoo: tuple[Sandbox, str, RelayL
                      ("z_part", "PRIMARY"): n, ("z_part", "k_idx"): n,
                      ("z_inv", "PRIMARY"): n, ("z_inv", "h_idx"): n,
                      ("z_json", "PRIMARY"): n, ("z_json", "a_idx"): n,
-                     ("z_text", "PRIMARY"): n, ("z_text", "t_pfx"): n, ("z_text", "b_pfx"): n}
+                     ("z_text", "PRIMARY"): n, ("z_text", "t_pfx"): n, ("z_text", "b_pfx"): n,
+                     ("z_nopk", "u_idx"): n, ("z_nopk", "k_idx"): n,
+                     ("z_pkpfx", "PRIMARY"): n, ("z_pkpfx", "id_idx"): n}
         assert dict(got) == expected
         assert not batcher.skipped, batcher.skipped
     finally:

@@ -121,6 +121,18 @@ def test_account_of(given: str | None, want: str) -> None:
     assert account_of(given, "lagd") == want
 
 
+def test_without_an_engine_the_sampler_only_watches() -> None:
+    """No prefetch engine (off, or down): nothing judges the split, so fewer samples a
+    second; with one, its gate sets the rate and refresh leaves it alone."""
+    ps, _, _, _ = make({"PROCESSLIST": MARIADB_ROWS}, proc(4242))
+    ps.monitor.budget = stall.KEPT_OUT_SAMPLES_PER_S  # as an engine keeping prefetch out sets it
+    asyncio.run(ps.refresh(True, mariadb=True, engine=True))
+    assert ps.monitor.budget == stall.KEPT_OUT_SAMPLES_PER_S
+    asyncio.run(ps.refresh(True, mariadb=True, engine=False))
+    assert ps.monitor.budget == stall.WATCH_SAMPLES_PER_S < stall.KEPT_OUT_SAMPLES_PER_S
+    assert stall.sampling_hz(1, ps.monitor.budget, ps.monitor.hz) == stall.WATCH_SAMPLES_PER_S
+
+
 def test_found_thread_is_sampled_and_split() -> None:
     files = proc(4242)
     ps, fs, clock, asked = make({"PROCESSLIST": MARIADB_ROWS}, files)
@@ -158,7 +170,7 @@ class FakeStall:
     def __init__(self, view: StallView) -> None:
         self.view_ = view
         self.started = self.stopped = 0
-        self.refreshed: list[tuple[bool, bool]] = []
+        self.refreshed: list[tuple[bool, bool, bool]] = []
         self.asked: list[tuple[bool, tuple[bool, str] | None]] = []
 
     def start(self) -> None:
@@ -167,8 +179,8 @@ class FakeStall:
     def stop(self) -> None:
         self.stopped += 1
 
-    async def refresh(self, sql_running: bool, mariadb: bool) -> None:
-        self.refreshed.append((sql_running, mariadb))
+    async def refresh(self, sql_running: bool, mariadb: bool, engine: bool) -> None:
+        self.refreshed.append((sql_running, mariadb, engine))
 
     def view(self, busy: bool, gate: tuple[bool, str] | None) -> StallView:
         self.asked.append((busy, gate))
@@ -191,8 +203,9 @@ async def test_runtime_measures_whether_prefetch_runs_or_not(prefetch: bool) -> 
         await until(lambda: rt.lag is not None and rt.lag.state is ReplicaState.IDLE
                     and len(fake.refreshed) >= 2, "idle, threads looked for")
         if prefetch:
-            await until(lambda: rt.prefetcher is not None, "prefetcher")
-        assert fake.started == 1 and fake.refreshed[-1] == (True, True)  # running, MariaDB
+            await until(lambda: rt.prefetcher is not None and fake.refreshed[-1][2], "prefetcher")
+        # running, MariaDB, and an engine (its gate sets the sampler's rate) or not
+        assert fake.started == 1 and fake.refreshed[-1] == (True, True, prefetch)
         snap = rt.snapshot()
         assert snap.stall is fake.view_
         busy, gate = fake.asked[-1]
@@ -214,9 +227,9 @@ async def test_the_engines_fresher_status_says_whether_the_sql_thread_runs() -> 
     rt.start()
     try:
         await until(lambda: rt.prefetcher is not None and len(fake.refreshed) >= 1, "prefetcher")
-        assert fake.refreshed[-1] == (True, True)  # the lag reading's word: the engine has none yet
+        assert fake.refreshed[-1][:2] == (True, True)  # the lag reading's word: the engine has none yet
         rt.prefetcher.running = False  # type: ignore[union-attr]
-        await until(lambda: fake.refreshed[-1] == (False, True), "the engine's word")
+        await until(lambda: fake.refreshed[-1] == (False, True, True), "the engine's word")
     finally:
         await stop_within_budget(rt)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -205,3 +206,48 @@ def test_a_refused_priority_is_said_once(monkeypatch, caplog) -> None:
         stall._yield_to_the_server()
     said = [r.getMessage() for r in caplog.records if "lower its priority" in r.getMessage()]
     assert len(said) == 1 and "setpriority" in said[0]
+
+
+# ----- the sampler's files stay open ---------------------------------------------------
+
+
+def test_proc_files_read_afresh_from_open_descriptors(tmp_path) -> None:
+    a, b, gone = tmp_path / "a", tmp_path / "b", tmp_path / "gone"
+    a.write_text("one")
+    b.write_text("two")
+    files = stall.ProcFiles()
+    try:
+        assert files.read_many([str(a), str(b), str(gone)]) == ["one", "two", None]
+        fd = files._fds[str(a)]
+        a.write_text("three")  # the same file, read again from offset 0 through the same descriptor
+        assert files.read_many([str(a), str(b), str(gone)]) == ["three", "two", None]
+        assert files._fds[str(a)] == fd
+        gone.write_text("here")  # a file that could not be opened is tried again
+        assert files.read_many([str(a), str(gone)]) == ["three", "here"]
+        assert set(files._fds) == {str(a), str(gone)}  # b is no longer asked for: closed
+    finally:
+        files.close()
+    assert files._fds == {}
+
+
+def test_proc_files_see_a_threads_time_grow_and_its_end() -> None:
+    done = threading.Event()
+    worker = threading.Thread(target=lambda: (sum(range(200_000)), done.wait(5)))
+    worker.start()
+    path = f"/proc/{worker.native_id}/schedstat"
+    files = stall.ProcFiles()
+    try:
+        [first] = files.read_many([path])
+        assert first is not None
+        spent = stall.parse_schedstat(first)[0]
+        done.set()
+        worker.join()
+        # join() returns as the thread finishes; the kernel releases it a moment later.
+        for _ in range(500):
+            if not os.path.exists(f"/proc/{worker.native_id}"):
+                break
+            time.sleep(0.01)
+        assert files.read_many([path]) == [None]  # the thread is gone: ESRCH, not its last text
+    finally:
+        files.close()
+    assert spent > 0

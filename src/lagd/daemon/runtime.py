@@ -139,8 +139,9 @@ class Stall(Protocol):
 
     def stop(self) -> None: ...
 
-    async def refresh(self, sql_running: bool, mariadb: bool) -> None:
-        """Find the applier threads again when due (a query with a deadline)."""
+    async def refresh(self, sql_running: bool, mariadb: bool, engine: bool) -> None:
+        """Find the applier threads again when due (a query with a deadline). ``engine``:
+        a prefetch engine runs (its gate sets the sampling rate; else a slower one)."""
         ...
 
     def view(self, busy: bool, gate: tuple[bool, str] | None) -> StallView: ...
@@ -460,7 +461,7 @@ class Runtime:
                 running = self.prefetcher.sql_running() if self.prefetcher is not None else None
                 flavor = self.parts.monitor.flavor
                 await stall.refresh(st.sql_running if running is None else running,
-                                    bool(flavor and flavor.is_mariadb))
+                                    bool(flavor and flavor.is_mariadb), self.prefetcher is not None)
             await self._sleep(0.25)  # refresh asks the server only when due or the SQL thread changed
 
     def _heartbeat_health(self, cur: ReplicaReading) -> None:

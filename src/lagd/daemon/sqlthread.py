@@ -172,8 +172,12 @@ class ProcStall:
     def stop(self) -> None:
         self.monitor.stop()
 
-    async def refresh(self, sql_running: bool, mariadb: bool) -> None:
-        """Find the applier threads every few seconds and whenever the SQL thread starts or stops."""
+    async def refresh(self, sql_running: bool, mariadb: bool, engine: bool = False) -> None:
+        """Find the applier threads every few seconds and whenever the SQL thread starts or stops.
+        ``engine``: a prefetch engine runs, and sets the sampler's rate for its gate;
+        without one the split is only reported, at stall.WATCH_SAMPLES_PER_S."""
+        if not engine:
+            self.monitor.hz, self.monitor.budget = stall.MAX_HZ, stall.WATCH_SAMPLES_PER_S
         now = self._clock()
         if now < self._next and sql_running == self._running:
             return

@@ -67,6 +67,14 @@ STATES = ("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait")
 # threads; benchmarks.md), so the sampler is kept to what is judged.
 THREAD_SAMPLES_PER_S = 100.0
 KEPT_OUT_SAMPLES_PER_S = 25.0
+# With no prefetch engine (prefetch off in the config, or the engine down) nothing
+# judges the split: it is only reported (lagd_sql_thread_seconds_total, /status over
+# the last 2 s, whose on-CPU and queue shares are exact from schedstat; only the
+# off-CPU time is split by samples). On the 2-core benchmark VM a sample costs
+# about 300 µs of CPU however little it reads (waking the thread, taking the GIL):
+# at 50 Hz, 1.9% of a core, most of what lagd cost while only watching an update_k
+# catch-up (2.1-2.4 CPU-seconds).
+WATCH_SAMPLES_PER_S = 20.0
 MIN_HZ, MAX_HZ = 5.0, 50.0
 
 
@@ -310,7 +318,7 @@ Reader = Callable[[str], str]  # path -> text (raises OSError when unreadable)
 
 def _read(path: str) -> str:
     # Plain system calls: a text-mode open() builds a buffered reader and a decoder
-    # per file, and these files are read 200-250 times a second (53 -> 32 µs a sample).
+    # per file (53 -> 32 µs a sample). The sampler keeps its files open (ProcFiles).
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         parts = []
@@ -321,31 +329,103 @@ def _read(path: str) -> str:
     return b"".join(parts).decode("ascii", "replace")
 
 
-def read_thread(tid: int, at: float, read: Reader = _read) -> ThreadSample | None:
-    """One sample of a thread, or None when it is gone."""
-    base = f"/proc/{tid}"
+# What a sample reads of each thread, in this order (thread_sample's arguments).
+THREAD_FILES = ("stat", "schedstat", "wchan", "io")
+
+
+def thread_sample(tid: int, at: float, stat: str | None, schedstat: str | None, wchan: str | None,
+                  io: str | None) -> ThreadSample | None:
+    """One sample of a thread from its files' texts (None: not readable), or None when it is
+    gone. Pure."""
+    if stat is None:
+        return None
     try:
-        state, ticks = parse_stat(read(f"{base}/stat"))
-    except (OSError, ValueError, IndexError):
+        state, ticks = parse_stat(stat)
+    except (ValueError, IndexError):
         return None
     cpu: float | None = ticks
     queue: float | None = None
-    with contextlib.suppress(OSError, ValueError):  # no schedstat: utime+stime, queue unknown
-        cpu, queue = parse_schedstat(read(f"{base}/schedstat"))
-    wchan: str | None = None
-    read_bytes: int | None = None
-    if state == "D":  # only a blocked thread's wait site and reads tell anything
+    if schedstat is not None:
+        with contextlib.suppress(ValueError):  # no schedstat: utime+stime, queue unknown
+            cpu, queue = parse_schedstat(schedstat)
+    where: str | None = None
+    if state == "D" and wchan is not None:  # only a blocked thread's wait site tells anything
+        where = wchan.strip() or None
+        if where == "0":  # the kernel hides it from other users
+            where = None
+    read_bytes = None
+    if io is not None:
+        with contextlib.suppress(ValueError):
+            read_bytes = parse_io(io)
+    return ThreadSample(tid, at, state, cpu, queue, where, read_bytes)
+
+
+def read_thread(tid: int, at: float, read: Reader = _read) -> ThreadSample | None:
+    """One sample of a thread, or None when it is gone."""
+    return thread_sample(tid, at, *_read_each(read, [f"/proc/{tid}/{name}" for name in THREAD_FILES]))
+
+
+def _read_each(read: Reader, paths: Iterable[str]) -> list[str | None]:
+    out: list[str | None] = []
+    for path in paths:
         try:
-            wchan = read(f"{base}/wchan").strip() or None
-            if wchan == "0":  # the kernel hides it from other users
-                wchan = None
+            out.append(read(path))
         except OSError:
-            wchan = None
-    try:
-        read_bytes = parse_io(read(f"{base}/io"))
-    except OSError:
-        read_bytes = None
-    return ThreadSample(tid, at, state, cpu, queue, wchan, read_bytes)
+            out.append(None)
+    return out
+
+
+class ProcFiles:
+    """The sampler's /proc files, kept open between samples.
+
+    A sample reads four files of each applier thread and /proc/stat. Opened, read
+    to the end and closed one by one, that was 14 system calls for one thread,
+    each giving the GIL back and taking it again, and while the event loop ran
+    each taking-back waited for it: against a thread holding the GIL a sample
+    cost 1,300 µs of CPU and 14.6 of the 50 a second were made; kept open and read
+    with one pread each, 600 µs and 31. /proc's files make their text afresh on
+    a read at offset 0. Only the sampler's thread uses an instance.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+
+    def read_many(self, paths: list[str]) -> list[str | None]:
+        """Each file's text, None where it cannot be opened or read (a thread gone,
+        a file hidden); a file that failed is opened afresh next time."""
+        fds = self._fds
+        if len(fds) > len(paths) or any(p not in fds for p in paths):
+            self._reopen(paths)
+        out: list[str | None] = []
+        for path in paths:
+            fd = fds.get(path)
+            try:
+                if fd is None:
+                    raise OSError("not open")
+                out.append(os.pread(fd, 4096, 0).decode("ascii", "replace"))
+            except OSError:
+                out.append(None)
+                self._drop(path)
+        return out
+
+    def _reopen(self, paths: list[str]) -> None:
+        wanted = set(paths)
+        for path in [p for p in self._fds if p not in wanted]:
+            self._drop(path)
+        for path in paths:
+            if path not in self._fds:
+                with contextlib.suppress(OSError):
+                    self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def _drop(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self._drop(path)
 
 
 class StallMonitor:
@@ -360,6 +440,8 @@ class StallMonitor:
     def __init__(self, *, read: Reader = _read, clock: Callable[[], float] = time.monotonic,
                  cpus: int | None = None) -> None:
         self._read = read
+        # The real /proc: kept open (ProcFiles); any other reader (recorded samples) by path.
+        self._files = ProcFiles() if read is _read else None
         self._clock = clock
         self.cpus = cpus or os.cpu_count() or 1
         self._lock = threading.Lock()
@@ -416,7 +498,12 @@ class StallMonitor:
 
     def sample(self) -> None:
         now = self._clock()
-        got = {t: read_thread(t, now, self._read) for t in self._wanted}
+        tids = self._wanted
+        paths = [f"/proc/{t}/{name}" for t in tids for name in THREAD_FILES]
+        paths.append("/proc/stat")
+        texts = self._files.read_many(paths) if self._files is not None else _read_each(self._read, paths)
+        n = len(THREAD_FILES)
+        got = {t: thread_sample(t, now, *texts[n * i : n * i + n]) for i, t in enumerate(tids)}
         with self._lock:
             for tid, cur in got.items():
                 if cur is None:
@@ -435,9 +522,11 @@ class StallMonitor:
                     self.samples += 1
                 self._last[tid] = cur
             self._history.append((now, dict(self.seconds)))
+            if texts[-1] is None:
+                return
             try:
-                cpu = parse_cpu_line(self._read("/proc/stat"))
-            except (OSError, ValueError):
+                cpu = parse_cpu_line(texts[-1])
+            except ValueError:
                 return
             self._cpu_history.append((now, cpu))
 
@@ -458,8 +547,12 @@ class StallMonitor:
 
         def loop() -> None:
             _yield_to_the_server()
-            while not self._stop.wait(1.0 / sampling_hz(len(self._wanted), self.budget, self.hz)):
-                self.sample()
+            try:
+                while not self._stop.wait(1.0 / sampling_hz(len(self._wanted), self.budget, self.hz)):
+                    self.sample()
+            finally:
+                if self._files is not None:
+                    self._files.close()
         self._stop.clear()
         self._thread = threading.Thread(target=loop, name="lagd-stall-sampler", daemon=True)
         self._thread.start()

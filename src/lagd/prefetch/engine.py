@@ -496,7 +496,8 @@ class PrefetchEngine:
         c.events += len(batch)
         gate = self.gate
         held = gate.held_names
-        add = self.batcher.add
+        batcher = self.batcher
+        add = batcher.add
         # Inside a big transaction: its rows the SQL thread has changed (or will have
         # by the time a probe answers) are passed without a probe.
         head = self._ahead[0] if self._ahead else None
@@ -509,12 +510,16 @@ class PrefetchEngine:
                     # Its definition changes before the SQL thread gets here: no probe.
                     self._skip("schema_pending")
                     continue
-                if not self._take(self._current, behind_seq, behind):
+                cur = self._current
+                if not self._take(cur, behind_seq, behind):
                     continue
+                if cur is not None and cur.rows >= control.INSIDE_ROWS:
+                    batcher.purge_follows = False  # a big transaction: rewrite.PURGED_ENTRIES
                 probes = add(e)
                 if probes:  # most rows only join a batch
                     self._submit(probes)
             elif isinstance(e, TransactionStart):
+                batcher.purge_follows = True
                 self._seq += 1
                 trx = _Trx(self._seq, e.commit_time, start=(e.relay_file, e.relay_offset))
                 self._current = trx

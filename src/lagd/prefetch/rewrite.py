@@ -89,6 +89,18 @@ _WHY = {
     "schema_excluded": "schema excluded from prefetch",
 }
 _PARENT = "parent"  # Probe.kind of a foreign key's look-up in its parent
+# Non-unique secondary entries an UPDATE moves, or a DELETE delete-marks outside a big
+# transaction, are left to the SQL thread; its clustered row (and any unique entry,
+# whose check it reads) is still probed. Purge comes back for each of those entries,
+# and a probe of one of them queued on that index's tree latch behind the SQL
+# thread's page splits and purge (update_k: 13.7 s of probe-session waits in one
+# 3-s try). On `mixed` (rows: 50% UPDATEs, 20% of an indexed column, 15% DELETEs, 15%
+# INSERTs) probing them made every try lose on purge (1.03x, 0.95x, 0.91x, 3 pairs);
+# without them 2 tries of 3 paid (1.19x, 1.13x, 0.93x), as MIXED logging's
+# statements, which name only the row, had shown (mixed_fmt 1.11-1.18x). Inside a
+# big transaction a DELETE's entries are probed (purge_follows): its undo waits
+# for the commit, and delete_big ran 1.80x with them.
+PURGED_ENTRIES = ("moved_entry", "deleted_entry")
 APPEND_SPAN = 256  # ids under the highest an INSERT had that still count as appends (_appends)
 _ORDERED = frozenset({int, float, Decimal, dt.date, dt.datetime, dt.timedelta})
 
@@ -270,6 +282,10 @@ class ProbeBatcher:
         self._wanted: set[tuple[str, str]] = set()
         # Non-unique secondary entries InnoDB buffers: (old entries, new entries) not probed.
         self._buffered = (False, False)
+        # Whether purge follows the rows fed (see PURGED_ENTRIES): False inside a big
+        # transaction, where purge gets none of its undo before the commit (the engine
+        # says so once it has read control.INSIDE_ROWS rows of it).
+        self.purge_follows = True
         self.statements = StatementBatcher(max_keys, self.wants, self)
         self.statements.inserts.skipped = self.skipped  # one count of what was not probed
 
@@ -423,15 +439,13 @@ class ProbeBatcher:
                 change_of = ip.change
                 if change_of(before) != change_of(after):
                     moving = moving or _moves(ip.ext_slots, before, after)
-                    buffered = ip.kind == "secondary"
-                    if buffered and skip_old:
-                        self.skipped["change_buffered"] += 1
-                    else:
-                        self._queue(ip, before, ip.get(before), out, plan)
-                    if buffered and skip_new:
-                        self.skipped["change_buffered"] += 1
-                    else:
-                        self._queue(ip, after, ip.get(after), out, plan)
+                    if ip.kind == "secondary":
+                        # Left to the SQL thread (PURGED_ENTRIES), or buffered by InnoDB.
+                        self.skipped["change_buffered" if skip_old else "moved_entry"] += 1
+                        self.skipped["change_buffered" if skip_new else "moved_entry"] += 1
+                        continue
+                    self._queue(ip, before, ip.get(before), out, plan)
+                    self._queue(ip, after, ip.get(after), out, plan)
             self.moving += moving
             if plan.foreign:
                 self._parents(plan, after, before, out)
@@ -454,8 +468,8 @@ class ProbeBatcher:
             # A DELETE delete-marks its entries (old), an INSERT adds them (new).
             skip = self._buffered[1] if insert else self._buffered[0]
             for ip in plan.others:
-                if skip and ip.kind == "secondary":
-                    self.skipped["change_buffered"] += 1
+                if ip.kind == "secondary" and (skip or (not insert and self.purge_follows)):
+                    self.skipped["change_buffered" if skip else "deleted_entry"] += 1
                     continue
                 value = ip.get(image)
                 if insert and _appends(ip, value):

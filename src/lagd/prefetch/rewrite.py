@@ -95,9 +95,9 @@ _PARENT = "parent"  # Probe.kind of a foreign key's look-up in its parent
 # and a probe of one of them queued on that index's tree latch behind the SQL
 # thread's page splits and purge (update_k: 13.7 s of probe-session waits in one
 # 3-s try). On `mixed` (rows: 50% UPDATEs, 20% of an indexed column, 15% DELETEs, 15%
-# INSERTs) probing them made every try lose on purge (1.03x, 0.95x, 0.91x, 3 pairs);
-# without them 2 tries of 3 paid (1.19x, 1.13x, 0.93x), as MIXED logging's
-# statements, which name only the row, had shown (mixed_fmt 1.11-1.18x). Inside a
+# INSERTs) probing them made 4 tries of 5 lose on purge (median 0.95x, 0.91-1.04);
+# without them 3 of 5 paid (1.13x, 0.93-1.19), as MIXED logging's statements,
+# which name only the row, had shown (mixed_fmt 1.11-1.18x). Inside a
 # big transaction a DELETE's entries are probed (purge_follows): its undo waits
 # for the commit, and delete_big ran 1.80x with them.
 PURGED_ENTRIES = ("moved_entry", "deleted_entry")

@@ -249,6 +249,20 @@ def test_an_insert_run_without_foreign_key_checks_probes_no_parent() -> None:
         [*own, ("accounts", "u_rn"), ("sbtest", "PRIMARY")])
 
 
+def test_a_self_referencing_key_unchecked_keeps_the_tables_own_entries() -> None:
+    """employees.manager -> employees.id: the parent entries are in the table's own PRIMARY;
+    with foreign_key_checks=0 they are left out, the new rows' own entries are not."""
+    keys = table_keys(*info_rows([("id", "int(11)"), ("manager", "int(11)")], [("PRIMARY", ("id",), True)]),
+                      fk_rows("to_boss", [("manager", "id")], "emp"))
+    b = fk_batcher(("emp", keys))
+    sql = "INSERT INTO emp (id, manager) VALUES ({}, 7)"
+    b.add_statement(Statement("s", sql.format(0), 0, 0, False))
+    out = [*b.add_statement(Statement("s", sql.format(5), 0, 0, False)), *b.flush()]
+    assert [(p.table, p.index, p.sql.split(" WHERE ")[1]) for p in out] == [("emp", "PRIMARY", "`id` IN (5)")]
+    checked = [*b.add_statement(Statement("s", sql.format(6), 0, 0)), *b.flush()]
+    assert sorted(p.sql.split(" WHERE ")[1] for p in checked) == ["`id` IN (6)", "`id` IN (7)"]
+
+
 def test_a_parent_learnt_after_the_shape_was_planned_is_probed_from_then_on() -> None:
     b = fk_batcher(("child", CHILD_KEYS))
     sql = "INSERT INTO child (sb_id, note) VALUES ({}, 'x')"

@@ -347,7 +347,7 @@ class InsertBatcher:
         self._plans: dict[int, tuple[InsertShape, TableKeys,
                                      tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None,
                                      int, tuple[TableKeys | None, ...]]] = {}
-        self._batches: dict[tuple[str, str, KeyIndex], _Entries] = {}
+        self._batches: dict[tuple[str, str, KeyIndex, bool], _Entries] = {}
         self._waiting: dict[_Entries, None] = {}  # batches holding entries, oldest first
         self._buffered = False
         self.skipped: Counter[str] = Counter()  # the entries left to the change buffer
@@ -441,10 +441,13 @@ class InsertBatcher:
             if self._buffered and not ix.unique:
                 buffered += 1
                 continue
-            key = (schema, table, ix)
+            # A self-referencing key's parent entries get a batch of their own: with
+            # foreign_key_checks=0 they are left out, the table's own entries are not.
+            parent = isinstance(target, ParentKey)
+            key = (schema, table, ix, parent)
             batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[key] = _Entries(schema, table, ix, isinstance(target, ParentKey))
+                batch = self._batches[key] = _Entries(schema, table, ix, parent)
             steps.append((batch, parts))
         return tuple(steps), buffered
 

@@ -11,6 +11,7 @@ prefix index.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from collections import Counter
 from collections.abc import Iterator
@@ -147,16 +148,25 @@ def loaded(sandbox: Sandbox, schema: str) -> Iterator[tuple[Sandbox, str, RelayL
             marks = ", ".join(["%s"] * len(rows[0]))
             cur.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
             cur.execute(f"ANALYZE TABLE {table}")  # replicated: the replica's statistics too
-    sandbox.wait_caught_up(timeout=60)
-    sandbox.stop_sql_thread()
-    try:
-        reader = RelayLogReader(LogFiles(sandbox.relay_log_index()), sql_position(sandbox),
-                                resolver_for(sandbox))
+    with reader_at_sql_thread(sandbox) as reader:
         yield sandbox, schema, reader
-        reader.close()
+
+
+@contextlib.contextmanager
+def reader_at_sql_thread(sb: Sandbox) -> Iterator[RelayLogReader]:
+    """Once the replica has caught up, the SQL thread stopped and a reader at its position
+    (what is written next reaches the relay log, not the tables); then started again."""
+    sb.wait_caught_up(timeout=60)
+    sb.stop_sql_thread()
+    try:
+        reader = RelayLogReader(LogFiles(sb.relay_log_index()), sql_position(sb), resolver_for(sb))
+        try:
+            yield reader
+        finally:
+            reader.close()
     finally:
-        sandbox.start_sql_thread()
-        sandbox.wait_caught_up(timeout=60)
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
 
 
 def write(sb: Sandbox, schema: str, statements: list[str], binlog_format: str = "ROW") -> None:

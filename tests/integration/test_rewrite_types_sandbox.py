@@ -14,6 +14,7 @@ for nothing); a probe the server rejects is an error in its log.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterator
 
@@ -21,10 +22,17 @@ import pytest
 
 from lagd.prefetch.inserts import table_keys
 from lagd.prefetch.rewrite import ProbeBatcher
-from lagd.relaylog import LogFiles, RelayLogReader
+from lagd.relaylog import RelayLogReader
 from lagd.sandbox.pair import Sandbox
-from tests.integration.test_relaylog_sandbox import resolver_for, sql_position
-from tests.integration.test_rewrite_sandbox import explain, probe_conn, probes_of, run, write
+from tests.integration.test_relaylog_sandbox import resolver_for
+from tests.integration.test_rewrite_sandbox import (
+    explain,
+    probe_conn,
+    probes_of,
+    reader_at_sql_thread,
+    run,
+    write,
+)
 
 # (table suffix, column type, SQL literals of the values the test deletes)
 TYPES: list[tuple[str, str, list[str]]] = [
@@ -123,16 +131,8 @@ def zoo(sandbox: Sandbox, schema: str) -> Iterator[tuple[Sandbox, str, RelayLogR
             cur.execute(f"ANALYZE TABLE z_{name}")
         for table in SHAPE_TABLES:
             cur.execute(f"ANALYZE TABLE {table}")
-    sandbox.wait_caught_up(timeout=60)
-    sandbox.stop_sql_thread()
-    try:
-        reader = RelayLogReader(LogFiles(sandbox.relay_log_index()), sql_position(sandbox),
-                                resolver_for(sandbox))
+    with reader_at_sql_thread(sandbox) as reader:
         yield sandbox, schema, reader
-        reader.close()
-    finally:
-        sandbox.start_sql_thread()
-        sandbox.wait_caught_up(timeout=60)
 
 
 def test_row_probes_find_every_key_on_every_type(zoo: tuple[Sandbox, str, RelayLogReader]) -> None:
@@ -195,12 +195,8 @@ def test_parent_probes_find_latin1_keys(sandbox: Sandbox, schema: str, binlog_fo
         cur.executemany("INSERT INTO z_par VALUES (%s, %s)",
                         [(code, n) for code in [*CODES, *(f"f{i}" for i in range(FILL))] for n in (1, 2)])
         cur.execute("ANALYZE TABLE z_par")
-    sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
     resolver = resolver_for(sb)
-    reader = RelayLogReader(LogFiles(sb.relay_log_index()), sql_position(sb), resolver)
-    conn = probe_conn(sb)
-    try:
+    with reader_at_sql_thread(sb) as reader, contextlib.closing(probe_conn(sb)) as conn:
         batcher = ProbeBatcher(max_keys=4)
         for table in ("z_par", "z_chi"):  # what the engine looks up for statements and parents
             described = resolver.describe(schema, table)
@@ -216,8 +212,3 @@ def test_parent_probes_find_latin1_keys(sandbox: Sandbox, schema: str, binlog_fo
             assert run(conn, p) == p.rows, (p.sql, p.params)
             plan = explain(conn, p)
             assert plan["key"] == "PRIMARY" and plan["type"] in LOOKUPS, (p, plan)
-    finally:
-        conn.close()
-        reader.close()
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)

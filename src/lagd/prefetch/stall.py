@@ -360,11 +360,6 @@ def thread_sample(tid: int, at: float, stat: str | None, schedstat: str | None, 
     return ThreadSample(tid, at, state, cpu, queue, where, read_bytes)
 
 
-def read_thread(tid: int, at: float, read: Reader = _read) -> ThreadSample | None:
-    """One sample of a thread, or None when it is gone."""
-    return thread_sample(tid, at, *_read_each(read, [f"/proc/{tid}/{name}" for name in THREAD_FILES]))
-
-
 def _read_each(read: Reader, paths: Iterable[str]) -> list[str | None]:
     out: list[str | None] = []
     for path in paths:
@@ -379,8 +374,9 @@ class ProcFiles:
     """The sampler's /proc files, kept open between samples.
 
     A sample reads four files of each applier thread and /proc/stat. Opened, read
-    to the end and closed one by one, that was 14 system calls for one thread,
-    each giving the GIL back and taking it again, and while the event loop ran
+    to the end and closed one by one, that was 16 system calls for one thread
+    (wchan was read only in D), each giving the GIL back and taking it again,
+    against 5 now; and while the event loop ran
     each taking-back waited for it: against a thread holding the GIL a sample
     cost 1,300 µs of CPU and 14.6 of the 50 a second were made; kept open and read
     with one pread each, 600 µs and 31. /proc's files make their text afresh on

@@ -161,8 +161,8 @@ def _backlog(sb: Sandbox, schema: str, setup: list[str], backlog: list[str], bin
     wait_received(sb)
 
 
-def _assert_same_data(sb: Sandbox, schema: str) -> None:
-    for table in ("p", "c"):
+def _assert_same_data(sb: Sandbox, schema: str, tables: tuple[str, ...] = ("p", "c")) -> None:
+    for table in tables:
         src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
         assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
 

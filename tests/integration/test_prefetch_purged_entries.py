@@ -19,7 +19,7 @@ from lagd.prefetch.engine import PrefetchEngine
 from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
 from tests.integration.engine_util import run_held
-from tests.integration.test_prefetch_foreign_keys import _backlog
+from tests.integration.test_prefetch_foreign_keys import _assert_same_data, _backlog
 
 ROWS = 6000
 SMALL = 100  # single-row transactions of each kind
@@ -65,6 +65,4 @@ def test_moved_and_deleted_entries_are_probed_only_inside_a_big_transaction(
     # The big transaction's DELETEs past its first INSIDE_ROWS rows probe their k entries.
     assert inside and min(inside) >= big_from + control.INSIDE_ROWS - 1, sorted(inside)[:5]
     assert len(inside) >= BIG - control.INSIDE_ROWS - 16  # (a batch may still wait at the end)
-    for table in ("t",):
-        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
-        assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t",))

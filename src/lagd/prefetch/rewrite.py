@@ -116,7 +116,7 @@ class _Batch:
                  "single", "sqls", "text")
 
     def __init__(self, plan: _IndexPlan | _ParentPlan, probe_columns: tuple[str, ...],
-                 null_columns: tuple[str, ...], convert: tuple[str | None, ...] = ()) -> None:
+                 null_columns: tuple[str, ...], convert: tuple[str | None, ...]) -> None:
         self.plan = plan
         self.index, self.kind, self.covering = plan.name, plan.kind, plan.covering
         self.probe_columns, self.null_columns = probe_columns, null_columns

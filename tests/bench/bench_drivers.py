@@ -16,11 +16,12 @@ import argparse
 import asyncio
 import json
 import random
+import statistics
 import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pymysql
 
@@ -110,8 +111,51 @@ def run_aiomysql(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None
     asyncio.run(_run_async(connect, work, conns))
 
 
+def run_lagd_pool(dsn: dict[str, Any], work: list[list[int]], conns: int,
+                  loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+    """lagd's own probe path: prefetch.pool.ProbePool (queue, session setup, watchdog,
+    prepared statements), on asyncio's event loop or on the one lagd run picks."""
+    import asyncmy  # noqa: PLC0415 - only when measured
+
+    from lagd.prefetch.pool import ProbePool  # noqa: PLC0415
+
+    class Probe(NamedTuple):
+        sql: str
+        params: tuple[Any, ...]
+
+    async def go() -> None:
+        finished, done = asyncio.Event(), [0]
+
+        async def connect(prepared: int = 0) -> Any:
+            return await asyncmy.connect(**dsn, database="bench", autocommit=True, stmt_cache_size=prepared)
+
+        def on_done(_probe: Any, _tag: Any, outcome: Any) -> None:
+            assert outcome.status == "ok", outcome
+            done[0] += 1
+            if done[0] == len(work):
+                finished.set()
+
+        pool = ProbePool(connect, mariadb=True, size=conns, timeout_ms=5000, on_done=on_done,
+                         queue_limit=len(work))
+        pool.start()
+        for ids in work:
+            pool.submit(Probe(SQL, tuple(ids)))
+        await finished.wait()
+        await pool.close()
+
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        runner.run(go())
+
+
+def run_lagd_pool_lagd_loop(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None:
+    from lagd.daemon.main import loop_factory  # noqa: PLC0415
+
+    run_lagd_pool(dsn, work, conns, loop_factory())
+
+
 DRIVERS = {"pymysql+threads": run_pymysql_threads, "asyncmy": run_asyncmy,
-           "asyncmy+prepared": run_asyncmy_prepared, "aiomysql": run_aiomysql}
+           "asyncmy+prepared": run_asyncmy_prepared, "aiomysql": run_aiomysql,
+           "lagd-pool": run_lagd_pool, "lagd-pool+lagd-loop": run_lagd_pool_lagd_loop}
 
 
 
@@ -136,6 +180,7 @@ def main() -> int:
         work = probes(args.probes)
         run_pymysql_threads(dsn, work[:2000], args.connections)  # warm the pool
         results: dict[str, dict[str, float]] = {}
+        cpus: dict[str, list[float]] = {}
         for _ in range(args.rounds):  # interleaved, best of rounds: the machine is noisy
             for name in args.drivers.split(","):
                 fn = DRIVERS[name]
@@ -143,14 +188,18 @@ def main() -> int:
                 fn(dsn, work, args.connections)
                 wall, cpu = time.perf_counter() - w0, time.process_time() - c0
                 server = _cpu_seconds(sb.replica().pid) - s0
+                cpus.setdefault(name, []).append(1e6 * cpu / args.probes)
                 best = results.get(name)
                 if best is None or cpu < best["cpu_s"]:
                     results[name] = {"wall_s": wall, "cpu_s": cpu, "server_cpu_s": server}
     print(f"{args.probes} probes of 16 ids, {args.connections} connections, best of {args.rounds}")
-    print(f"{'driver':<18}{'probes/s':>10}{'client CPU us/probe':>22}{'server CPU us/probe':>22}")
+    print(f"{'driver':<22}{'probes/s':>10}{'client CPU us/probe':>22}{'server CPU us/probe':>22}"
+          "   client CPU us/probe: median (spread)")
     for name, r in results.items():
-        print(f"{name:<18}{args.probes / r['wall_s']:>10,.0f}{1e6 * r['cpu_s'] / args.probes:>22.1f}"
-              f"{1e6 * r['server_cpu_s'] / args.probes:>22.1f}")
+        c = sorted(cpus[name])
+        print(f"{name:<22}{args.probes / r['wall_s']:>10,.0f}{1e6 * r['cpu_s'] / args.probes:>22.1f}"
+              f"{1e6 * r['server_cpu_s'] / args.probes:>22.1f}"
+              f"   {statistics.median(c):.1f} ({c[0]:.1f}-{c[-1]:.1f})")
     print(json.dumps(results))
     return 0
 

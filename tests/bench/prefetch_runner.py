@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagd.daemon.main import tune_gc
+from lagd.daemon.main import run_async, tune_gc
 from lagd.mysql.endpoint import Endpoint
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.prefetch.service import PrefetchOptions, build_engine
@@ -119,7 +119,7 @@ if __name__ == "__main__":
     profile_to = os.environ.get("LAGD_PROFILE")  # a file for pstats: where lagd's CPU goes
     if profile_to:
         prof = cProfile.Profile()
-        prof.runcall(asyncio.run, main(json.loads(sys.argv[1])))
+        prof.runcall(run_async, main(json.loads(sys.argv[1])))
         prof.dump_stats(profile_to)
     else:
-        asyncio.run(main(json.loads(sys.argv[1])))
+        run_async(main(json.loads(sys.argv[1])))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import asyncmy.errors
@@ -16,6 +17,7 @@ from lagd.mysql.backoff import Retry
 from lagd.mysql.errors import DatabaseError, Kind, translate
 from lagd.mysql.faultlog import FailureLog
 from lagd.mysql.monitor import ReplicaMonitor
+from lagd.prefetch import pool as pool_mod
 from lagd.prefetch.pool import ProbePool
 
 WHERE = "replica 127.0.0.1:3306"
@@ -128,3 +130,107 @@ def test_a_database_error_passes_through_the_pool_unchanged() -> None:
     e = DatabaseError(f"{WHERE}: x", kind=Kind.LOST, where=WHERE)
     outcome, drop = pool()._classify(e, 0.1)
     assert drop and outcome.error == e.message
+
+
+class _HungConn:
+    """A probe connection whose server stops answering after ``answers`` probes."""
+
+    def __init__(self, answers: int, log: list[str]) -> None:
+        self.answers, self.log = answers, log
+
+    def cursor(self) -> Any:
+        conn = self
+
+        class Cur:
+            async def __aenter__(self) -> Any:
+                return self
+
+            async def __aexit__(self, *_: Any) -> None:
+                return None
+
+            async def execute(self, sql: str, params: Any = None) -> None:
+                if sql.startswith("SET"):
+                    return
+                if conn.answers <= 0:
+                    await asyncio.Event().wait()  # hangs: only the deadline ends it
+                conn.answers -= 1
+
+            async def fetchall(self) -> list[Any]:
+                return [(1,)]
+        return Cur()
+
+    def close(self) -> None:
+        self.log.append("closed")
+
+
+def test_a_hung_probe_ends_at_its_deadline_and_its_connection_goes() -> None:
+    """The watchdog cancels a probe past the server's timeout plus the slack; the worker
+    reports it as a lost server, drops the connection, and probes on with a new one."""
+    heard: list[str] = []
+    conns: list[str] = []
+
+    async def connect(**_: Any) -> Any:
+        conns.append("open")
+        return _HungConn(1 if len(conns) == 1 else 5, conns)
+
+    async def scenario() -> None:
+        p = ProbePool(connect, mariadb=True, size=1, timeout_ms=10, hang_slack=0.05, where=WHERE,
+                      on_done=lambda _p, tag, out: heard.append(f"{tag}:{out.status}:{out.kind}"))
+        p.start()
+        for tag in "abc":
+            p.submit(SimpleProbe(), tag)
+        while len(heard) < 3:
+            await asyncio.sleep(0.01)
+        await p.close()
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert heard == ["a:ok:None", "b:error:lost", "c:ok:None"]
+    assert conns == ["open", "closed", "open", "closed"]
+
+
+def test_a_worker_let_go_while_overdue_is_dropped_not_timed_out() -> None:
+    """A resize or close that lands with the watchdog's cancellation still stops the worker."""
+    heard: list[str] = []
+
+    async def connect(**_: Any) -> Any:
+        return _HungConn(0, [])
+
+    async def scenario() -> None:
+        p = ProbePool(connect, mariadb=True, size=1, timeout_ms=10, hang_slack=0.0, where=WHERE,
+                      on_done=lambda _p, tag, out: heard.append(f"{tag}:{out.status}"))
+        p.start()
+        p.submit(SimpleProbe(), "a")
+        while not p._inflight:
+            await asyncio.sleep(0.001)
+        p._overdue.add(0)
+        p._workers[0].cancel()  # the watchdog's cancellation ...
+        await p.close()  # ... and a close in the same turn
+
+    asyncio.run(asyncio.wait_for(scenario(), 10))
+    assert heard == ["a:dropped"]
+
+
+def test_a_row_probe_text_is_checked_once_and_a_refused_one_every_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    checked: list[str] = []
+    real = pool_mod.refuse_reason
+
+    def counting(sql: str) -> str | None:
+        checked.append(sql)
+        return real(sql)
+
+    monkeypatch.setattr(pool_mod, "refuse_reason", counting)
+    p = pool()
+    row = SimpleProbe("SELECT id FROM t WHERE id IN (%s)", (1,))
+    bad = SimpleProbe("UPDATE t SET a = 1 WHERE id IN (%s)", (1,))
+    stmt = SimpleProbe("SELECT id FROM t WHERE id IN (5)")
+    assert [p._approve(x) for x in (row, row, bad, bad, stmt, stmt)] == [
+        None, None, "not a SELECT", "not a SELECT", None, None]
+    assert checked == [row.sql, bad.sql, bad.sql, stmt.sql, stmt.sql]
+
+
+@dataclass
+class SimpleProbe:
+    sql: str = "SELECT 1"
+    params: tuple[Any, ...] = ()
+    rows: int = 1

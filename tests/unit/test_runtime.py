@@ -31,7 +31,7 @@ from runtime_fakes import (
 from lagd.config import PrefetchSettings
 from lagd.daemon.collect import HUNG_FIX
 from lagd.daemon.http import readiness
-from lagd.daemon.main import STOP_BUDGET, YOUNG_GC_THRESHOLD, tune_gc
+from lagd.daemon.main import STOP_BUDGET, YOUNG_GC_THRESHOLD, loop_factory, run_async, tune_gc
 from lagd.daemon.runtime import Prefetcher, Runtime, counted_down, overdue, restart_reason, withhold
 from lagd.errors import LagdError, NotAReplicaError
 from lagd.lag import LagMethod, ReplicaState
@@ -531,3 +531,20 @@ def test_tune_gc_raises_only_the_young_threshold_and_freezes_what_start_up_made(
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+@pytest.mark.parametrize(("setting", "uvloop"), [
+    (None, True), ("", True), ("asyncio", False), (" AsyncIO ", False)])
+def test_the_daemon_runs_on_uvloop_unless_told_asyncio(monkeypatch: pytest.MonkeyPatch, setting: str | None,
+                                                       uvloop: bool) -> None:
+    if setting is None:
+        monkeypatch.delenv("LAGD_EVENT_LOOP", raising=False)
+    else:
+        monkeypatch.setenv("LAGD_EVENT_LOOP", setting)
+    factory = loop_factory()
+    assert (factory is not None) == uvloop  # uvloop is one of lagd's requirements
+
+    async def which() -> str:
+        return type(asyncio.get_running_loop()).__module__
+
+    assert run_async(which()).startswith("uvloop") == uvloop

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -112,12 +112,13 @@ class _Guard(asyncio.Protocol):
         self.counted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport: uvloop's (lagd's loop, daemon.main.loop_factory) do not
+        # derive from asyncio.Transport, so the type is asserted, not checked.
+        self.transport = stream = cast(asyncio.Transport, transport)
         if self.server.open >= self.server.max_connections:
-            transport.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
-                            b"Connection: close\r\nContent-Length: 21\r\n\r\ntoo many connections\n")
-            transport.close()
+            stream.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
+                         b"Connection: close\r\nContent-Length: 21\r\n\r\ntoo many connections\n")
+            stream.close()
             self.server.refused += 1
             return
         self.counted = True

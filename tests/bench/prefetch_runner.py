@@ -24,10 +24,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lagd.daemon.main import run_async, tune_gc
+from lagd.daemon import main as daemon_main
+from lagd.daemon.main import tune_gc
 from lagd.mysql.endpoint import Endpoint
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.prefetch.service import PrefetchOptions, build_engine
+
+# An older lagd first on PYTHONPATH (old against new code) runs on its own loop.
+run_async = getattr(daemon_main, "run_async", asyncio.run)
 
 
 class GateLog(logging.Handler):

@@ -230,6 +230,33 @@ def test_proc_files_read_afresh_from_open_descriptors(tmp_path) -> None:
     assert files._fds == {}
 
 
+def test_proc_files_ask_a_refused_file_again_only_when_the_files_change(tmp_path, monkeypatch) -> None:
+    """Under the hardened unit another user's /proc/<tid>/io cannot be opened: asked at
+    every sample, it cost a failing open() each; now once per set of files asked for."""
+    a, io = tmp_path / "a", tmp_path / "io"
+    a.write_text("one")
+    io.write_text("hidden")
+    opened: list[str] = []
+    real_open = os.open
+
+    def guarded(path: str, flags: int, *args: int) -> int:
+        opened.append(os.path.basename(path))
+        if path == str(io):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(stall.os, "open", guarded)
+    files = stall.ProcFiles()
+    try:
+        for _ in range(3):
+            assert files.read_many([str(a), str(io)]) == ["one", None]
+        assert opened == ["a", "io"]  # each tried once, the refusal remembered
+        assert files.read_many([str(io)]) == [None]  # another set of files: asked again
+        assert opened == ["a", "io", "io"]
+    finally:
+        files.close()
+
+
 def test_proc_files_see_a_threads_time_grow_and_its_end() -> None:
     done = threading.Event()
     worker = threading.Thread(target=lambda: (sum(range(200_000)), done.wait(5)))

@@ -385,12 +385,21 @@ class ProcFiles:
 
     def __init__(self) -> None:
         self._fds: dict[str, int] = {}
+        # Files the kernel refused to open (the hardened unit: another user's
+        # /proc/<tid>/io), not tried again until the files asked for change: each
+        # sample tried them afresh, one failing open() a sample.
+        self._refused: set[str] = set()
+        self._asked: tuple[str, ...] = ()
 
     def read_many(self, paths: list[str]) -> list[str | None]:
         """Each file's text, None where it cannot be opened or read (a thread gone,
-        a file hidden); a file that failed is opened afresh next time."""
+        a file hidden); a file that failed is opened afresh next time, one refused
+        (permission) once the files asked for change."""
         fds = self._fds
-        if len(fds) > len(paths) or any(p not in fds for p in paths):
+        asked = tuple(paths)
+        if asked != self._asked:
+            self._asked, self._refused = asked, set()
+        if len(fds) > len(paths) or any(p not in fds and p not in self._refused for p in paths):
             self._reopen(paths)
         out: list[str | None] = []
         for path in paths:
@@ -409,9 +418,13 @@ class ProcFiles:
         for path in [p for p in self._fds if p not in wanted]:
             self._drop(path)
         for path in paths:
-            if path not in self._fds:
-                with contextlib.suppress(OSError):
+            if path not in self._fds and path not in self._refused:
+                try:
                     self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                except PermissionError:
+                    self._refused.add(path)
+                except OSError:
+                    pass  # a thread gone: tried again next sample
 
     def _drop(self, path: str) -> None:
         fd = self._fds.pop(path, None)

@@ -112,8 +112,8 @@ class _Guard(asyncio.Protocol):
         self.counted = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # A stream transport: uvloop's (lagd's loop, daemon.main.loop_factory) do not
-        # derive from asyncio.Transport, so the type is asserted, not checked.
+        # A stream transport, but uvloop's (lagd's loop, daemon.main.loop_factory) are
+        # not asyncio.Transport subclasses: an isinstance check refused every connection.
         self.transport = stream = cast(asyncio.Transport, transport)
         if self.server.open >= self.server.max_connections:
             stream.write(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"

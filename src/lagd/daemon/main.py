@@ -93,9 +93,10 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     """uvloop's event loop where it is installed (lagd's install has it), else asyncio's.
 
     The event loop is lagd's hottest code while it prefetches: each probe answer is a
-    loop turn (its socket's readiness, the driver's protocol, the waiting task), a
-    third of the event loop's CPU in a random-INSERT catch-up with asyncio's own
-    loop. ``LAGD_EVENT_LOOP=asyncio`` keeps asyncio's (to compare, or should uvloop
+    loop turn (its socket's readiness, the driver's protocol, the waiting task): a
+    quarter of the event loop's CPU in a random-INSERT catch-up on asyncio's own
+    loop, whose turn costs more than uvloop's (docs/prefetch.md, "The driver").
+    ``LAGD_EVENT_LOOP=asyncio`` keeps asyncio's (to compare, or should uvloop
     misbehave on a platform).
     """
     if os.environ.get("LAGD_EVENT_LOOP", "").strip().lower() == "asyncio":

@@ -268,9 +268,10 @@ class ProbePool:
 
     async def _watch(self) -> None:
         """Cancel a probe past its deadline, as asyncio.timeout would, from one timer for the
-        whole pool: a timeout a probe scheduled and cancelled a timer handle, 7% of the event
-        loop's CPU in a random-INSERT catch-up. The worker turns the cancellation into a
-        timeout (``_worker``); late by at most WATCH_EVERY on a deadline of seconds."""
+        whole pool: an asyncio.timeout for each probe scheduled a timer and cancelled it, 7%
+        of the event loop's CPU in a random-INSERT catch-up. The worker turns the
+        cancellation into a timeout (``_worker``); late by at most WATCH_EVERY on a deadline
+        of seconds."""
         while True:
             await asyncio.sleep(min(WATCH_EVERY, self._probe_deadline / 4))
             now = time.monotonic()

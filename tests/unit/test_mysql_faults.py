@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 import asyncmy.errors
 import pymysql.err
 import pytest
+from test_connection_slots import SimpleProbe
 
 from lagd.mysql.backoff import Retry
 from lagd.mysql.errors import DatabaseError, Kind, translate
@@ -228,9 +228,3 @@ def test_a_row_probe_text_is_checked_once_and_a_refused_one_every_time(
         None, None, "not a SELECT", "not a SELECT", None, None]
     assert checked == [row.sql, bad.sql, bad.sql, stmt.sql, stmt.sql]
 
-
-@dataclass
-class SimpleProbe:
-    sql: str = "SELECT 1"
-    params: tuple[Any, ...] = ()
-    rows: int = 1

@@ -127,7 +127,7 @@ class ProbePool:
         # asyncmy has no read timeout: a probe that outlives its server-side
         # timeout by this much means the server hangs, and the connection goes.
         self._probe_deadline = timeout_ms / 1000 + hang_slack
-        self._inflight: dict[int, float] = {}  # worker -> when its probe was sent (monotonic)
+        self._inflight: dict[int, float] = {}  # worker -> when its probe was sent (perf_counter)
         self._overdue: set[int] = set()  # workers the watchdog cancelled for their deadline
         self._watchdog: asyncio.Task[None] | None = None
         self._approved: set[str] = set()
@@ -274,7 +274,7 @@ class ProbePool:
         of seconds."""
         while True:
             await asyncio.sleep(min(WATCH_EVERY, self._probe_deadline / 4))
-            now = time.monotonic()
+            now = time.perf_counter()
             for n, sent in list(self._inflight.items()):
                 if now - sent >= self._probe_deadline and n not in self._overdue and n < len(self._workers):
                     self._overdue.add(n)
@@ -310,8 +310,7 @@ class ProbePool:
                     conn = await self._open()
                     cur = conn.cursor()
                 self.busy += 1
-                t0 = time.perf_counter()
-                self._inflight[n] = time.monotonic()
+                self._inflight[n] = t0 = time.perf_counter()
                 try:
                     try:
                         if probe.params:

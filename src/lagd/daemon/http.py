@@ -54,7 +54,10 @@ def routes(snapshot_fn: SnapshotFn) -> dict[str, Handler]:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     async def status(_req: web.Request) -> web.Response:
-        return web.Response(text=json.dumps(snapshot_fn().to_json(), indent=1),
+        # Compact: json's C encoder writes no indentation, and its Python one took 3-4
+        # times as long (0.6 ms of a ~1.1 ms answer), CPU taken from a catch-up as often as
+        # /status is polled. Pretty-printing is the reader's (lagctl status, jq).
+        return web.Response(text=json.dumps(snapshot_fn().to_json(), separators=(",", ":")),
                             content_type="application/json")
 
     async def healthz(_req: web.Request) -> web.Response:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
 import time
@@ -278,3 +279,16 @@ def test_proc_files_see_a_threads_time_grow_and_its_end() -> None:
     finally:
         files.close()
     assert spent > 0
+
+
+@pytest.mark.parametrize(("times", "cutoff", "want"), [
+    ((1.0, 2.0, 3.0), 1.5, 2.0),  # the oldest reading at or after the cutoff
+    ((1.0, 2.0, 3.0), 2.0, 2.0),  # one taken at the cutoff counts
+    ((1.0, 2.0, 3.0), 0.0, 1.0),  # all of them: the oldest
+    ((1.0, 2.0, 3.0), 5.0, "latest"),  # none: the latest stands in
+    ((), 1.0, "latest"),
+])
+def test_since_finds_the_oldest_reading_in_the_span(times: tuple[float, ...], cutoff: float,
+                                                    want: object) -> None:
+    history = collections.deque((t, t) for t in times)
+    assert stall._since(history, cutoff, "latest") == want

@@ -49,9 +49,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from lagd.prefetch import control
+
+T = TypeVar("T")
 
 log = logging.getLogger("lagd.prefetch.stall")
 
@@ -545,7 +547,7 @@ class StallMonitor:
             if len(self._cpu_history) < 2:
                 return None
             now, latest = self._cpu_history[-1]
-            start = next((cpu for at, cpu in self._cpu_history if at >= now - span), latest)
+            start = _since(self._cpu_history, now - span, latest)
         return cpu_headroom(start, latest, self.cpus)
 
     def start(self, hz: float | None = None) -> None:
@@ -580,7 +582,7 @@ class StallMonitor:
             if not self._history:
                 return dict.fromkeys(STATES, 0.0)
             now, latest = self._history[-1]
-            start = next((secs for at, secs in self._history if at >= now - span), latest)
+            start = _since(self._history, now - span, latest)
             return window(start, latest)
 
     def snapshot(self, *, busy: bool = True, span: float = 2.0) -> dict[str, Any]:
@@ -594,6 +596,18 @@ class StallMonitor:
         v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom, threads=len(threads))
         return {"seconds": seconds, "recent": recent, "threads": threads, "headroom_cores": headroom,
                 "verdict": v.kind, "text": v.text, "prefetch_can_help": v.prefetch_can_help}
+
+
+def _since(history: collections.deque[tuple[float, T]], cutoff: float, latest: T) -> T:
+    """The oldest reading taken at ``cutoff`` or later (``latest`` if none), found from the
+    newest back: from the oldest, a 2-s span of a 2,048-reading history walked ~1,900 of
+    them, with the sampler's lock held, at every gate check and /status."""
+    found = latest
+    for at, value in reversed(history):
+        if at < cutoff:
+            break
+        found = value
+    return found
 
 
 def window(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

@@ -151,12 +151,15 @@ def commit_times(datadir: Path) -> tuple[list[int], list[float], float, int]:
     return ends, times, (times[-1] if times else 0.0), rows
 
 
-def _machine_busy() -> tuple[float, float]:
-    """(busy, total) CPU seconds of the whole machine so far, from /proc/stat."""
+def _machine_busy() -> tuple[float, float, float]:
+    """(busy, total, stolen) CPU seconds of the whole machine so far, from /proc/stat.
+    Stolen: time the hypervisor gave this machine's cores to others. On one machine 35%
+    of its CPU time was stolen, and a cold insert catch-up took 35 s, then 126 s, then
+    70 s: a pair whose runs had different shares stolen compares the host's load too."""
     v = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
     idle = v[3] + v[4]
     tick = os.sysconf("SC_CLK_TCK")
-    return (sum(v) - idle) / tick, sum(v) / tick
+    return (sum(v) - idle) / tick, sum(v) / tick, (v[7] if len(v) > 7 else 0) / tick
 
 
 def _daemon_child() -> None:
@@ -296,6 +299,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     reads = status1["Innodb_buffer_pool_reads"] - reads0
     server_io = {k: status1[k] - status0[k] for k in STATUS_VARS}
     server_io["machine_busy_pct"] = round(100 * machine_busy)
+    server_io["stolen_pct"] = round(100 * (busy1[2] - busy0[2]) / max(1e-9, busy1[1] - busy0[1]))
     cpu = snap = None
     if daemon is not None:
         cpu = _cpu_seconds(daemon.pid) - cpu0
@@ -657,21 +661,28 @@ def pair_ratios(results: list[Run]) -> dict[str, list[tuple[Run, Run]]]:
 def pairs_table(results: list[Run]) -> str:
     """Speed-up (cold seconds / prefetch seconds) per pair: median and spread."""
     lines = ["| workload | pairs | median prefetch/cold | spread | with purge | history left, cold/prefetch"
-             " | cold s (median) | lagd CPU µs/row | SQL thread (last prefetch run)"
-             " | what decided (last prefetch run) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             " | cold s (median) | lagd CPU µs/row | CPU stolen %, cold/prefetch"
+             " | SQL thread (last prefetch run) | what decided (last prefetch run) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for w, ps in pair_ratios(results).items():
         ratios = [c.seconds / p.seconds for c, p in ps]
         # Until purge was done too (history under PURGED_AT): the catch-up's whole cost.
         purged = [c.purged_seconds / p.purged_seconds for c, p in ps if c.purged_seconds and p.purged_seconds]
         left = ", ".join(f"{_left(c)}/{_left(p)}" for c, p in ps)
         us = [1e6 * p.lagd_cpu / p.rows for _, p in ps if p.lagd_cpu and p.rows]
+        stolen = ", ".join(f"{_stolen(c)}/{_stolen(p)}" for c, p in ps)
         last = ps[-1][1]
         lines.append(f"| {w} | {len(ps)} | {_median(ratios):.2f}x | {min(ratios):.2f}-{max(ratios):.2f}x | "
                      f"{f'{_median(purged):.2f}x' if purged else '-'} | {left} | "
                      f"{_median([c.seconds for c, _ in ps]):.1f} | {f'{_median(us):.1f}' if us else '-'} | "
-                     f"{split_summary(last)} | {gate_summary(last)} |")
+                     f"{stolen} | {split_summary(last)} | {gate_summary(last)} |")
     return "\n".join(lines)
+
+
+def _stolen(r: Run) -> str:
+    """The machine's CPU time stolen by the hypervisor during the run, % ("-": not kept)."""
+    pct = (r.server_io or {}).get("stolen_pct")
+    return "-" if pct is None else str(pct)
 
 
 def _left(r: Run) -> str:

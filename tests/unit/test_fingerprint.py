@@ -127,6 +127,10 @@ def test_statements_of_one_shape_are_batched_into_an_in_list() -> None:
     assert [p.rows for p in got] == [1, 16, 3]
     assert (got[1].kind, got[1].params, got[1].source_time) == ("statement", (), 7)
     assert b.stats["shapes"] == 1 and b.flush() == []
+    # One name for the shape, direct or templated: the pool explains it once (lagd.mysql.plan).
+    assert len({p.plan for p in got}) == 1 and got[0].plan is not None
+    other, _ = b.add(Statement("s", "DELETE FROM t WHERE id = 5", 0, 7))
+    assert other[0].plan not in (None, got[0].plan)
 
 
 def test_a_shape_seen_once_costs_what_the_direct_path_costs() -> None:

@@ -228,3 +228,100 @@ def test_a_row_probe_text_is_checked_once_and_a_refused_one_every_time(
         None, None, "not a SELECT", "not a SELECT", None, None]
     assert checked == [row.sql, bad.sql, bad.sql, stmt.sql, stmt.sql]
 
+
+
+class _PlanConn:
+    """A probe connection whose EXPLAIN reads a whole table for texts naming `c`."""
+
+    def __init__(self, ran: list[str]) -> None:
+        self.ran = ran
+
+    def cursor(self) -> Any:
+        ran = self.ran
+
+        class Cur:
+            description: tuple[tuple[str], ...] = ()
+
+            async def __aenter__(self) -> Any:
+                return self
+
+            async def __aexit__(self, *_: Any) -> None:
+                return None
+
+            async def execute(self, sql: str, params: Any = None) -> None:
+                if sql.startswith("SET"):
+                    return
+                ran.append(sql)
+                explain = sql.startswith("EXPLAIN")
+                self.description = (("table",), ("type",), ("rows",)) if explain else (("1",),)
+                self._rows = ([("t", "ALL", 50000) if " c IN" in sql else ("t", "range", 2)] if explain
+                              else [(1,)])
+
+            async def fetchall(self) -> list[Any]:
+                return self._rows
+        return Cur()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_statement_shape_whose_plan_scans_a_table_is_explained_once_and_never_sent() -> None:
+    """Each shape's first probe is explained on the probe session; a whole-table read is
+    answered "scan" without running, and so is every later probe of the shape; another
+    shape's probes run. A DDL (forget_plans) has the shapes explained again."""
+    heard: list[str] = []
+    ran: list[str] = []
+
+    async def connect(**_: Any) -> Any:
+        return _PlanConn(ran)
+
+    scan = SimpleProbe("SELECT * FROM t WHERE c IN (1, 2) LIMIT 256")
+    scan.plan = "s\0scan"  # type: ignore[attr-defined]
+    key = SimpleProbe("SELECT * FROM t WHERE id IN (1, 2) LIMIT 256")
+    key.plan = "s\0key"  # type: ignore[attr-defined]
+
+    async def scenario(pool: ProbePool, probes: list[tuple[Any, str]]) -> None:
+        heard.clear()
+        for probe, tag in probes:
+            pool.submit(probe, tag)
+        while len(heard) < len(probes):
+            await asyncio.sleep(0.001)
+
+    async def main() -> None:
+        p = ProbePool(connect, mariadb=True, size=1, timeout_ms=500, where=WHERE,
+                      on_done=lambda _p, tag, out: heard.append(f"{tag}:{out.status}"))
+        p.start()
+        await scenario(p, [(scan, "a"), (key, "b"), (scan, "c"), (key, "d")])
+        assert heard == ["a:scan", "b:ok", "c:scan", "d:ok"]
+        assert ran == [f"EXPLAIN {scan.sql}", f"EXPLAIN {key.sql}", key.sql, key.sql]
+        assert (p.counters.scans, p.counters.explained, p.counters.issued) == (2, 2, 2)
+        ran.clear()
+        p.forget_plans()
+        await scenario(p, [(scan, "e")])
+        assert heard == ["e:scan"] and ran == [f"EXPLAIN {scan.sql}"]
+        await p.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+
+
+def test_mysql_probe_sessions_ask_for_the_tabular_explain() -> None:
+    ran: list[str] = []
+    heard: list[str] = []
+
+    async def connect(**_: Any) -> Any:
+        return _PlanConn(ran)
+
+    probe = SimpleProbe("SELECT * FROM t WHERE id = 1")
+    probe.plan = "s\0one"  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        p = ProbePool(connect, mariadb=False, size=1, timeout_ms=500, where=WHERE,
+                      on_done=lambda _p, tag, out: heard.append(out.status))
+        p.start()
+        p.submit(probe, "a")
+        while not heard:
+            await asyncio.sleep(0.001)
+        await p.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert heard == ["ok"] and ran[0] == "EXPLAIN FORMAT=TRADITIONAL SELECT * FROM t WHERE id = 1"

@@ -6,6 +6,7 @@ flavor, replica status and the relay-log index (``replica``); the async status
 monitor (``monitor``); driver errors in lagd's words (``errors``), logged once
 and then rarely (``faultlog``); the one reconnect schedule (``backoff``); column
 character sets (``charsets``, no driver needed); what InnoDB's change buffer
-takes (``changebuf``, pure). No module outside this
+takes (``changebuf``, pure); which statement probes EXPLAIN shows reading a
+whole table (``plan``, pure). No module outside this
 package (and the sandbox, which starts servers) imports a MySQL driver.
 """

@@ -260,6 +260,8 @@ class PrefetchEngine:
         trx = self._by_seq.get(seq) if isinstance(seq, int) else None
         if outcome.status == "dropped":
             self.counters.dropped += 1
+        elif outcome.status == "scan":
+            self._skip("full_scan")
         elif outcome.status == "ok":
             self.counters.rows_done += probe.rows
             if isinstance(seq, int) and seq > self._sql_seq_estimate() and row >= self._behind(seq):
@@ -482,9 +484,14 @@ class PrefetchEngine:
         """Drop cached definitions (schema_gate.forget) and the statements' view of
         the same tables' indexes."""
         forget(decoder, self.gate, tables)
-        drop = getattr(self.batcher, "forget_tables", None)
-        if drop is not None and (tables is None or tables):
-            drop(tables)
+        if tables is None or tables:
+            drop = getattr(self.batcher, "forget_tables", None)
+            if drop is not None:
+                drop(tables)
+            # An index added or dropped changes which statement shapes scan a table.
+            plans = getattr(self.pool, "forget_plans", None)
+            if plans is not None:
+                plans()
 
     def _forget_stale(self) -> None:
         if self._schema_stale:
@@ -1134,7 +1141,8 @@ class PrefetchEngine:
             cursor=f"{self.reader.position.file}:{self.reader.position.offset}",
             pool={"issued": pc.issued, "latency_sum": pc.latency_sum, "succeeded": pc.succeeded,
                   "failed": pc.failed,
-                  "timed_out": pc.timed_out, "refused": pc.refused, "rows_found": pc.rows_found,
+                  "timed_out": pc.timed_out, "refused": pc.refused, "scans": pc.scans,
+                  "explained": pc.explained, "rows_found": pc.rows_found,
                   "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
                   "open": self.pool.open, "last_error": self.pool.last_error},
             connections_note=self.slots_reason if self._slots_binding()[0] else None,

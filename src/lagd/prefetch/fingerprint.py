@@ -49,7 +49,7 @@ import os
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
@@ -168,6 +168,7 @@ class Template:
     verified: bool = True
     sets: frozenset[str] = frozenset()  # the columns an UPDATE assigns (StatementRewrite.sets)
     deletes: bool = False  # a DELETE (StatementRewrite.deletes)
+    plan: str | None = None  # the shape's name for the pool's plan check (Probe.plan)
 
     def bind(self, lits: tuple[str, ...]) -> str:
         parts = self.parts
@@ -273,23 +274,24 @@ class StatementBatcher:
             if is_insert(shape):
                 return self._insert(key, lits, strs, stmt.foreign_key_checks)
             if self._first_seen(key):
-                return self._direct(stmt)
+                return self._direct(stmt, _plan_key(key))
             self.stats["shapes"] += 1
             if len(self._templates) >= _CACHE_LIMIT:
                 self._templates.clear()
-            t = self._templates[key] = build_template(shape, lits, strs, stmt.sql, stmt.schema)
+            t = build_template(shape, lits, strs, stmt.sql, stmt.schema)
+            t = self._templates[key] = replace(t, plan=_plan_key(key))
         if t.refusal is not None:
             return [], t.refusal
         if not t.verified:
             self.stats["fallback"] += 1
-            return self._direct(stmt)
+            return self._direct(stmt, t.plan)
         if not self.wants(t.schema):
             return [], _excluded(t.schema)
         self.tables.seen(t.schema, t.table, t.sets, 1, t.deletes)
         self.stats["templated"] += 1
         if t.batch_head is None:
             return [Probe(t.bind(lits), (), t.schema, t.table, None, 1, "statement", covering=False,
-                          source_time=stmt.header_time)], None
+                          source_time=stmt.header_time, plan=t.plan)], None
         values = self._waiting.get(t)
         if values is None:
             values = self._waiting[t] = {}
@@ -332,9 +334,12 @@ class StatementBatcher:
         values = self._waiting.pop(t)
         when = self._times.pop(t, None)
         return Probe(f"{t.batch_head}{', '.join(values)}{t.batch_tail}", (), t.schema, t.table, None,
-                     sum(values.values()), "statement", covering=False, source_time=when)
+                     sum(values.values()), "statement", covering=False, source_time=when, plan=t.plan)
 
-    def _direct(self, stmt: Statement) -> tuple[list[Probe], StatementRewrite | None]:
+    def _direct(self, stmt: Statement, plan: str | None = None
+                ) -> tuple[list[Probe], StatementRewrite | None]:
+        """The statement rewritten on its own; ``plan`` names its shape (None: no shape was
+        cut, and the text names itself)."""
         verdict = rewrite_statement_sql(stmt.sql, stmt.schema, stmt.header_time)
         if verdict.probe is None:
             return [], verdict
@@ -343,7 +348,12 @@ class StatementBatcher:
             return [], _excluded(p.schema)
         self.tables.seen(p.schema, p.table, verdict.sets, 1, verdict.deletes)
         return [Probe(p.sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
-                      p.source_time)], None
+                      p.source_time, plan or f"{stmt.schema or ''}\0{stmt.sql}")], None
+
+
+def _plan_key(key: tuple[str, str | None]) -> str:
+    """A shape's name in the pool's plan check: the shape and the schema it runs in."""
+    return f"{key[1] or ''}\0{key[0]}"
 
 
 _INSERT_ONCE = StatementRewrite(None, "insert_statement", "the first INSERT of its shape is not"

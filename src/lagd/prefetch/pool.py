@@ -39,6 +39,7 @@ from typing import Any, Protocol
 from lagd.mysql.backoff import backoff_delay
 from lagd.mysql.endpoint import hardening_sql
 from lagd.mysql.errors import ER_LOCK_WAIT_TIMEOUT, DatabaseError, Kind, translate
+from lagd.mysql.plan import explain_sql, full_scan
 
 log = logging.getLogger("lagd.prefetch.pool")
 
@@ -75,7 +76,7 @@ def refuse_reason(sql: str) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    status: str  # "ok", "timeout", "lock_wait", "error", "refused", "dropped"
+    status: str  # "ok", "timeout", "lock_wait", "error", "refused", "dropped", "scan" (not sent: _plan)
     rows: int  # rows the probe found (pages it warmed)
     seconds: float
     error: str | None = None
@@ -89,6 +90,8 @@ class PoolCounters:
     failed: int = 0
     timed_out: int = 0
     refused: int = 0
+    scans: int = 0  # statement probes not sent: their shape's plan reads a whole table
+    explained: int = 0  # statement shapes explained
     rows_found: int = 0
     latency_sum: float = 0.0
     reconnects: int = 0
@@ -100,6 +103,11 @@ class PoolCounters:
 # the event loop's CPU in a random-INSERT catch-up. Statement probes carry their values
 # in their text and are checked each time.
 APPROVED_TEXTS = 4096
+
+# Statement shapes whose plan the pool keeps (ProbePool._plan); past it, all are
+# explained again.
+PLANS = 4096
+_UNKNOWN = "?"  # a shape not explained yet (a verdict is a reason or None)
 
 # How often the watchdog looks for probes past their deadline (see ProbePool._watch).
 WATCH_EVERY = 0.25
@@ -131,6 +139,9 @@ class ProbePool:
         self._overdue: set[int] = set()  # workers the watchdog cancelled for their deadline
         self._watchdog: asyncio.Task[None] | None = None
         self._approved: set[str] = set()
+        self._mariadb = mariadb
+        self._plans: dict[str, str | None] = {}  # shape (Probe.plan) -> why it is not probed, or None
+        self._scanned: set[str] = set()  # tables whose shapes were refused, said once
         self._connect_deadline = connect_timeout + 2.0
         self.size = size
         self._on_done = on_done
@@ -280,6 +291,27 @@ class ProbePool:
                     self._overdue.add(n)
                     self._workers[n].cancel()
 
+    def forget_plans(self) -> None:
+        """A DDL changed a table (an index added or dropped): explain every shape again."""
+        self._plans.clear()
+        self._scanned.clear()
+
+    async def _plan(self, cur: Any, probe: ProbeLike, key: str) -> str | None:
+        """The shape's verdict (lagd.mysql.plan), explained on this session the first time;
+        a failure raises as the probe's own would, and the shape is explained again next time."""
+        await cur.execute(explain_sql(probe.sql.replace("%%", "%"), self._mariadb))
+        columns = [d[0] for d in cur.description or ()]
+        why = full_scan(columns, await cur.fetchall())
+        self.counters.explained += 1
+        if len(self._plans) >= PLANS:
+            self._plans.clear()
+        self._plans[key] = why
+        table = f"{getattr(probe, 'schema', '')}.{getattr(probe, 'table', '')}"
+        if why is not None and table not in self._scanned:
+            self._scanned.add(table)
+            log.info("statements on %s not probed where %s; e.g. %.200s", table, why, probe.sql)
+        return why
+
     def _approve(self, probe: ProbeLike) -> str | None:
         """refuse_reason, once per row-probe text (APPROVED_TEXTS)."""
         sql = probe.sql
@@ -306,18 +338,31 @@ class ProbePool:
                     held = None
                     self._on_done(probe, tag, Outcome("refused", 0, 0.0, reason))
                     continue
+                key = getattr(probe, "plan", None)
+                scan = _UNKNOWN if key is None else self._plans.get(key, _UNKNOWN)
+                if scan is not _UNKNOWN and scan is not None:
+                    held = None
+                    self._not_sent(probe, tag, scan, 0.0)
+                    continue
                 if conn is None:
                     conn = await self._open()
                     cur = conn.cursor()
                 self.busy += 1
                 self._inflight[n] = t0 = time.perf_counter()
+                outcome: Outcome | None = None
                 try:
                     try:
-                        if probe.params:
-                            await cur.execute(probe.sql, probe.params)  # prepared (module doc)
-                        else:  # no arguments: asyncmy neither prepares nor formats the text
-                            await cur.execute(probe.sql.replace("%%", "%"))
-                        found = len(await cur.fetchall())
+                        if key is not None and scan is _UNKNOWN:
+                            scan = await self._plan(cur, probe, key)
+                        if scan is _UNKNOWN or scan is None:  # else not sent (answered below)
+                            if probe.params:
+                                await cur.execute(probe.sql, probe.params)  # prepared (module doc)
+                            else:  # no arguments: asyncmy neither prepares nor formats the text
+                                await cur.execute(probe.sql.replace("%%", "%"))
+                            found = len(await cur.fetchall())
+                            outcome = Outcome("ok", found, time.perf_counter() - t0)
+                            self.counters.succeeded += 1
+                            self.counters.rows_found += found
                     except asyncio.CancelledError:
                         if n not in self._overdue:
                             raise
@@ -326,9 +371,6 @@ class ProbePool:
                         if task is not None and task.uncancel() > 0:
                             raise  # let go (resize, close) as well
                         raise TimeoutError from None
-                    outcome = Outcome("ok", found, time.perf_counter() - t0)
-                    self.counters.succeeded += 1
-                    self.counters.rows_found += found
                 except asyncio.CancelledError:
                     raise
                 except Exception as e:  # any failure is one probe's, never the worker's
@@ -340,9 +382,12 @@ class ProbePool:
                     self._inflight.pop(n, None)
                     self.busy -= 1
                     self.last_used = time.monotonic()
+                held = None
+                if outcome is None:
+                    self._not_sent(probe, tag, str(scan), time.perf_counter() - t0)
+                    continue
                 self.counters.issued += 1
                 self.counters.latency_sum += outcome.seconds
-                held = None
                 self._on_done(probe, tag, outcome)
         except asyncio.CancelledError:
             self._overdue.discard(n)
@@ -352,6 +397,11 @@ class ProbePool:
         finally:
             if conn is not None:
                 self._close(conn)
+
+    def _not_sent(self, probe: Any, tag: Any, why: str, seconds: float) -> None:
+        """A statement probe whose shape's plan reads a whole table: answered, not sent."""
+        self.counters.scans += 1
+        self._on_done(probe, tag, Outcome("scan", 0, seconds, why))
 
     def _close(self, conn: Any) -> None:
         self.open -= 1

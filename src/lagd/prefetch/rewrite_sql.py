@@ -66,7 +66,9 @@ class Probe:
     statement). ``source_time`` (statement probes) is the source's statement
     time in seconds since the epoch: run with ``SET timestamp = source_time``,
     NOW()/CURDATE() would mean what they meant on the source (the pool does
-    not do it yet: docs/prefetch-rewrite.md).
+    not do it yet: docs/prefetch-rewrite.md). ``plan`` (statement probes) names the
+    statement's shape: the pool explains the first probe of each and sends none of a
+    shape whose plan reads a whole table (lagd.mysql.plan).
     """
 
     sql: str
@@ -78,6 +80,7 @@ class Probe:
     kind: str
     covering: bool = True
     source_time: int | None = None
+    plan: str | None = None
 
 
 def index_probe_sql(

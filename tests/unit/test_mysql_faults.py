@@ -299,6 +299,11 @@ def test_a_statement_shape_whose_plan_scans_a_table_is_explained_once_and_never_
         p.forget_plans()
         await scenario(p, [(scan, "e")])
         assert heard == ["e:scan"] and ran == [f"EXPLAIN {scan.sql}"]
+        ran.clear()
+        # A verdict is renewed after PLAN_SECONDS: tables grow, statistics change.
+        p._plans = {k: (why, at - pool_mod.PLAN_SECONDS) for k, (why, at) in p._plans.items()}
+        await scenario(p, [(scan, "f"), (scan, "g")])
+        assert heard == ["f:scan", "g:scan"] and ran == [f"EXPLAIN {scan.sql}"]
         await p.close()
 
     asyncio.run(asyncio.wait_for(main(), 10))

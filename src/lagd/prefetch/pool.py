@@ -107,6 +107,9 @@ APPROVED_TEXTS = 4096
 # Statement shapes whose plan the pool keeps (ProbePool._plan); past it, all are
 # explained again.
 PLANS = 4096
+# ... and for how long: a table grows (a scan of a small table is let through) and
+# its statistics change, so a verdict is renewed this often.
+PLAN_SECONDS = 600.0
 _UNKNOWN = "?"  # a shape not explained yet (a verdict is a reason or None)
 
 # How often the watchdog looks for probes past their deadline (see ProbePool._watch).
@@ -140,7 +143,8 @@ class ProbePool:
         self._watchdog: asyncio.Task[None] | None = None
         self._approved: set[str] = set()
         self._mariadb = mariadb
-        self._plans: dict[str, str | None] = {}  # shape (Probe.plan) -> why it is not probed, or None
+        # shape (Probe.plan) -> (why it is not probed or None, when explained: time.monotonic)
+        self._plans: dict[str, tuple[str | None, float]] = {}
         self._scanned: set[str] = set()  # tables whose shapes were refused, said once
         self._connect_deadline = connect_timeout + 2.0
         self.size = size
@@ -296,6 +300,13 @@ class ProbePool:
         self._plans.clear()
         self._scanned.clear()
 
+    def _verdict(self, key: str) -> str | None:
+        """The shape's verdict while fresh (PLAN_SECONDS), else _UNKNOWN."""
+        known = self._plans.get(key)
+        if known is None or time.monotonic() - known[1] >= PLAN_SECONDS:
+            return _UNKNOWN
+        return known[0]
+
     async def _plan(self, cur: Any, probe: ProbeLike, key: str) -> str | None:
         """The shape's verdict (lagd.mysql.plan), explained on this session the first time;
         a failure raises as the probe's own would, and the shape is explained again next time."""
@@ -305,7 +316,7 @@ class ProbePool:
         self.counters.explained += 1
         if len(self._plans) >= PLANS:
             self._plans.clear()
-        self._plans[key] = why
+        self._plans[key] = (why, time.monotonic())
         table = f"{getattr(probe, 'schema', '')}.{getattr(probe, 'table', '')}"
         if why is not None and table not in self._scanned:
             self._scanned.add(table)
@@ -339,7 +350,7 @@ class ProbePool:
                     self._on_done(probe, tag, Outcome("refused", 0, 0.0, reason))
                     continue
                 key = getattr(probe, "plan", None)
-                scan = _UNKNOWN if key is None else self._plans.get(key, _UNKNOWN)
+                scan = _UNKNOWN if key is None else self._verdict(key)
                 if scan is not _UNKNOWN and scan is not None:
                     held = None
                     self._not_sent(probe, tag, scan, 0.0)

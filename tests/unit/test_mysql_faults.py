@@ -330,3 +330,68 @@ def test_mysql_probe_sessions_ask_for_the_tabular_explain() -> None:
 
     asyncio.run(asyncio.wait_for(main(), 10))
     assert heard == ["ok"] and ran[0] == "EXPLAIN FORMAT=TRADITIONAL SELECT * FROM t WHERE id = 1"
+
+
+class _RefusingConn(_PlanConn):
+    """EXPLAIN refused by the server for texts naming `v` (a view without SHOW VIEW);
+    the session lost mid-EXPLAIN for texts naming `gone`, once."""
+
+    lost = [True]
+
+    def cursor(self) -> Any:
+        inner = super().cursor()
+        ran, lost = self.ran, self.lost
+
+        class Cur:
+            def __getattr__(self, name: str) -> Any:
+                return getattr(inner, name)
+
+            async def __aenter__(self) -> Any:
+                return self
+
+            async def __aexit__(self, *_: Any) -> None:
+                return None
+
+            async def execute(self, sql: str, params: Any = None) -> None:
+                if sql.startswith("EXPLAIN") and " v " in sql:
+                    ran.append(sql)
+                    raise pymysql.err.OperationalError(
+                        1345, "EXPLAIN/SHOW can not be issued; lacking privileges for underlying table")
+                if sql.startswith("EXPLAIN") and " gone " in sql and lost[0]:
+                    lost[0] = False
+                    ran.append(sql)
+                    raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
+                await inner.execute(sql, params)
+        return Cur()
+
+
+def test_an_explain_the_server_refuses_is_a_verdict_and_a_lost_one_is_not() -> None:
+    heard: list[str] = []
+    ran: list[str] = []
+    opened: list[int] = []
+
+    async def connect(**_: Any) -> Any:
+        opened.append(1)
+        return _RefusingConn(ran)
+
+    view = SimpleProbe("SELECT * FROM v WHERE id = 1")
+    view.plan = "s\0view"  # type: ignore[attr-defined]
+    gone = SimpleProbe("SELECT * FROM gone WHERE id = 1")
+    gone.plan = "s\0gone"  # type: ignore[attr-defined]
+
+    async def main() -> None:
+        p = ProbePool(connect, mariadb=True, size=1, timeout_ms=500, where=WHERE,
+                      on_done=lambda _p, tag, out: heard.append(f"{tag}:{out.status}"))
+        p.start()
+        for probe, tag in ((view, "a"), (view, "b"), (gone, "c"), (gone, "d")):
+            p.submit(probe, tag)
+        while len(heard) < 4:
+            await asyncio.sleep(0.001)
+        await p.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    # The refused EXPLAIN once, its shape not probed; the lost one fails as a probe would,
+    # its session reopened, and the shape explained again.
+    assert heard == ["a:scan", "b:scan", "c:error", "d:ok"]
+    assert ran == [f"EXPLAIN {view.sql}", f"EXPLAIN {gone.sql}", f"EXPLAIN {gone.sql}", gone.sql]
+    assert len(opened) == 2

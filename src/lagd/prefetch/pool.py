@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from lagd.mysql.backoff import backoff_delay
 from lagd.mysql.endpoint import hardening_sql
-from lagd.mysql.errors import ER_LOCK_WAIT_TIMEOUT, DatabaseError, Kind, translate
+from lagd.mysql.errors import ER_LOCK_WAIT_TIMEOUT, DatabaseError, Kind, is_database_error, translate
 from lagd.mysql.plan import explain_sql, full_scan
 
 log = logging.getLogger("lagd.prefetch.pool")
@@ -308,11 +308,22 @@ class ProbePool:
         return known[0]
 
     async def _plan(self, cur: Any, probe: ProbeLike, key: str) -> str | None:
-        """The shape's verdict (lagd.mysql.plan), explained on this session the first time;
-        a failure raises as the probe's own would, and the shape is explained again next time."""
-        await cur.execute(explain_sql(probe.sql.replace("%%", "%"), self._mariadb))
-        columns = [d[0] for d in cur.description or ()]
-        why = full_scan(columns, await cur.fetchall())
+        """The shape's verdict (lagd.mysql.plan), explained on this session the first time.
+        An EXPLAIN the server refuses (a grant the SELECT alone does not need, such as SHOW
+        VIEW for a view) is a verdict too: the plan cannot be read, so no probe. Any other
+        failure raises as the probe's own would (a lost session, a timeout, a table a DDL
+        has not made yet), and the shape is explained again next time."""
+        try:
+            await cur.execute(explain_sql(probe.sql.replace("%%", "%"), self._mariadb))
+            columns = [d[0] for d in cur.description or ()]
+            why = full_scan(columns, await cur.fetchall())
+        except Exception as e:
+            fault = translate(e, self.where)
+            # The server's own answer (client errors, 2000-2999, are the session's state).
+            answered = fault.code is not None and not 2000 <= fault.code < 3000
+            if not (is_database_error(e) and answered and fault.kind in (Kind.DENIED, Kind.OTHER)):
+                raise
+            why = f"its plan could not be read ({fault.message})"
         self.counters.explained += 1
         if len(self._plans) >= PLANS:
             self._plans.clear()

@@ -213,6 +213,7 @@ DAEMON_SCREENS = [
     ("lagging", WARNING, ["backlog    4,200 transactions, 310.0 MiB, 51,000 rows; oldest committed 118 s",
                           "apply      1.20 source-seconds per second", "ETA        600 s (10 min)",
                           "prefetch   active", "in time 95% (950 of 1,000 probes); benefit x1.30",
+                          "not probed: no_key 7",
                           "coming     LOAD DATA: 2,000,000 rows, 180.0 MiB, about 340 s (6 min) to apply",
                           "split: split it into 10 chunks", "[warning] durability_on_lagging_replica",
                           "SQL thread 71% waiting on disk reads, 20% on CPU (last 10 s): prefetch can help"]),

@@ -429,7 +429,17 @@ def _prefetch_rows(snap: Mapping[str, Any], origin: Origin) -> list[Row]:
     benefit = _num(p.get("benefit"))
     gain = f"benefit x{benefit:.2f} apply rate" if benefit is not None else "benefit not measured yet"
     rows.append(Row("", f"{ratio}; {gain}"))
+    skipped = _map(c.get("skipped"))
+    top = sorted(((n, str(r)) for r, v in skipped.items() if (n := _num(v))), reverse=True)[:SKIPPED_SHOWN]
+    if top:
+        # The reasons are the label values of lagd_prefetch_skipped_total (docs/metrics.md):
+        # what prefetch left to the SQL thread, most first.
+        more = f" and {len(skipped) - len(top)} more reasons" if len(skipped) > len(top) else ""
+        rows.append(Row("", "not probed: " + ", ".join(f"{r} {n:,.0f}" for n, r in top) + more))
     return rows
+
+
+SKIPPED_SHOWN = 4
 
 
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}

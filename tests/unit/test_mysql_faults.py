@@ -11,6 +11,7 @@ from typing import Any
 import asyncmy.errors
 import pymysql.err
 import pytest
+from asyncmy.cursors import SSCursor
 from test_connection_slots import SimpleProbe
 
 from lagd.mysql.backoff import Retry
@@ -138,7 +139,7 @@ class _HungConn:
     def __init__(self, answers: int, log: list[str]) -> None:
         self.answers, self.log = answers, log
 
-    def cursor(self) -> Any:
+    def cursor(self, _kind: object = None) -> Any:
         conn = self
 
         class Cur:
@@ -154,9 +155,14 @@ class _HungConn:
                 if conn.answers <= 0:
                     await asyncio.Event().wait()  # hangs: only the deadline ends it
                 conn.answers -= 1
+                self._rows = [(1,)]
 
             async def fetchall(self) -> list[Any]:
                 return [(1,)]
+
+            async def fetchmany(self, _n: int) -> list[Any]:
+                rows, self._rows = self._rows, []
+                return rows
         return Cur()
 
     def close(self) -> None:
@@ -236,7 +242,7 @@ class _PlanConn:
     def __init__(self, ran: list[str]) -> None:
         self.ran = ran
 
-    def cursor(self) -> Any:
+    def cursor(self, _kind: object = None) -> Any:
         ran = self.ran
 
         class Cur:
@@ -259,6 +265,10 @@ class _PlanConn:
 
             async def fetchall(self) -> list[Any]:
                 return self._rows
+
+            async def fetchmany(self, _n: int) -> list[Any]:
+                rows, self._rows = self._rows, []
+                return rows
         return Cur()
 
     def close(self) -> None:
@@ -338,7 +348,7 @@ class _RefusingConn(_PlanConn):
 
     lost = [True]
 
-    def cursor(self) -> Any:
+    def cursor(self, _kind: object = None) -> Any:
         inner = super().cursor()
         ran, lost = self.ran, self.lost
 
@@ -395,3 +405,58 @@ def test_an_explain_the_server_refuses_is_a_verdict_and_a_lost_one_is_not() -> N
     assert heard == ["a:scan", "b:scan", "c:error", "d:ok"]
     assert ran == [f"EXPLAIN {view.sql}", f"EXPLAIN {gone.sql}", f"EXPLAIN {gone.sql}", gone.sql]
     assert len(opened) == 2
+
+
+class _WideConn:
+    """Text probes answer 150 rows, which the pool must count as they stream (fetchmany
+    on the streaming cursor), never hold whole (fetchall)."""
+
+    def __init__(self, kinds: list[object]) -> None:
+        self.kinds = kinds
+
+    def cursor(self, kind: object = None) -> Any:
+        self.kinds.append(kind)
+
+        class Cur:
+            left = 0
+
+            async def __aenter__(self) -> Any:
+                return self
+
+            async def __aexit__(self, *_: Any) -> None:
+                return None
+
+            async def execute(self, sql: str, params: Any = None) -> None:
+                self.left = 0 if sql.startswith("SET") else 150
+
+            async def fetchall(self) -> list[Any]:
+                raise AssertionError("a text probe's result was read whole")
+
+            async def fetchmany(self, n: int) -> list[Any]:
+                take = min(n, self.left)
+                self.left -= take
+                return [(b"x" * 10,)] * take
+        return Cur()
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_statement_probes_rows_are_counted_as_they_stream_not_held() -> None:
+    heard: list[tuple[str, int]] = []
+    kinds: list[object] = []
+
+    async def connect(**_: Any) -> Any:
+        return _WideConn(kinds)
+
+    async def main() -> None:
+        p = ProbePool(connect, mariadb=True, size=1, timeout_ms=500, where=WHERE,
+                      on_done=lambda _p, _tag, out: heard.append((out.status, out.rows)))
+        p.start()
+        p.submit(SimpleProbe("SELECT * FROM t WHERE d < '2026-01-01' LIMIT 256"), "a")
+        while not heard:
+            await asyncio.sleep(0.001)
+        await p.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    assert heard == [("ok", 150)] and SSCursor in kinds

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 import asyncmy
 import pymysql
 import pymysql.cursors
-from asyncmy.cursors import DictCursor
+from asyncmy.cursors import DictCursor, SSCursor
 
 from lagd.mysql.errors import DRIVER_ERRORS, translate
 
@@ -218,6 +218,12 @@ def hardening_sql(mariadb: bool, statement_timeout_s: float, *, lock_wait_timeou
     else:
         stmts.append(f"SET SESSION MAX_EXECUTION_TIME = {max(1, round(statement_timeout_s * 1000))}")
     return stmts
+
+
+def streaming_cursor(conn: Any) -> Any:
+    """A cursor of an asyncmy connection that reads its result row by row from the socket
+    instead of holding it whole (fetchall): for results of unknown size."""
+    return conn.cursor(SSCursor)
 
 
 def where_of(conn: Any) -> str:

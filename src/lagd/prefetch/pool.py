@@ -23,7 +23,10 @@ no escaping in lagd, no parse in the server, which shares the replica's
 cores with the SQL thread (bench_drivers, 16-key probes: client CPU 57 -> 40
 µs a probe, the server's 123 -> 100). Statement probes carry their values in
 their text, each text a one-off: they stay plain queries, or every probe
-would cost a prepare and a close.
+would cost a prepare and a close. Their rows (``SELECT *``, up to
+``rewrite_sql.STATEMENT_ROWS``) are counted as they stream in, none kept
+(``_count_rows``), and a statement shape whose plan reads a whole table is not
+probed at all (``lagd.mysql.plan``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from lagd.mysql.backoff import backoff_delay
-from lagd.mysql.endpoint import hardening_sql
+from lagd.mysql.endpoint import hardening_sql, streaming_cursor
 from lagd.mysql.errors import ER_LOCK_WAIT_TIMEOUT, DatabaseError, Kind, is_database_error, translate
 from lagd.mysql.plan import explain_sql, full_scan
 
@@ -349,6 +352,7 @@ class ProbePool:
     async def _worker(self, n: int) -> None:
         conn: Any = None
         cur: Any = None  # one cursor per connection: probes run one after another on it
+        rows_of: Any = None  # ... and one that streams (_count_rows)
         held: tuple[Any, Any] | None = None  # taken from the queue, not yet answered
         try:
             while True:
@@ -368,7 +372,7 @@ class ProbePool:
                     continue
                 if conn is None:
                     conn = await self._open()
-                    cur = conn.cursor()
+                    cur, rows_of = conn.cursor(), streaming_cursor(conn)
                 self.busy += 1
                 self._inflight[n] = t0 = time.perf_counter()
                 outcome: Outcome | None = None
@@ -379,9 +383,9 @@ class ProbePool:
                         if scan is _UNKNOWN or scan is None:  # else not sent (answered below)
                             if probe.params:
                                 await cur.execute(probe.sql, probe.params)  # prepared (module doc)
+                                found = len(await cur.fetchall())
                             else:  # no arguments: asyncmy neither prepares nor formats the text
-                                await cur.execute(probe.sql.replace("%%", "%"))
-                            found = len(await cur.fetchall())
+                                found = await _count_rows(rows_of, probe.sql.replace("%%", "%"))
                             outcome = Outcome("ok", found, time.perf_counter() - t0)
                             self.counters.succeeded += 1
                             self.counters.rows_found += found
@@ -399,7 +403,7 @@ class ProbePool:
                     outcome, broken = self._classify(e, time.perf_counter() - t0)
                     if broken:
                         self._close(conn)
-                        conn = cur = None
+                        conn = cur = rows_of = None
                 finally:
                     self._inflight.pop(n, None)
                     self.busy -= 1
@@ -449,6 +453,22 @@ class ProbePool:
         self.last_error = fault.message
         broken = fault.broken or fault.kind is Kind.OTHER
         return Outcome("error", 0, seconds, self.last_error, fault.kind), broken
+
+
+# Rows a streamed result is read in, at a time (_count_rows).
+STREAM_ROWS = 64
+
+
+async def _count_rows(cur: Any, sql: str) -> int:
+    """Run a text probe and count its rows as they arrive, keeping none. A statement
+    probe is ``SELECT *`` of up to STATEMENT_ROWS rows of whatever its table holds; read
+    whole (fetchall), 256 rows of 1 MB each would be 256 MB in lagd for one probe, on a
+    host whose largest process, the first the kernel's OOM killer picks, is the replica."""
+    await cur.execute(sql)
+    found = 0
+    while rows := await cur.fetchmany(STREAM_ROWS):
+        found += len(rows)
+    return found
 
 
 def _close_quietly(conn: Any) -> None:

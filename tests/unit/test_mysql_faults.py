@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import asyncmy.errors
@@ -133,6 +134,33 @@ def test_a_database_error_passes_through_the_pool_unchanged() -> None:
     assert drop and outcome.error == e.message
 
 
+class _FakeCur:
+    """A probe session's cursor: its answer to the last statement is ``_rows``; the
+    session's SET statements answer nothing (``answer`` decides the rest)."""
+
+    description: tuple[tuple[str], ...] = ()
+    _rows: list[Any]
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(self, *_: Any) -> None:
+        return None
+
+    async def execute(self, sql: str, params: Any = None) -> None:
+        self._rows = [] if sql.startswith("SET") else await self.answer(sql)
+
+    async def answer(self, sql: str) -> list[Any]:
+        return [(1,)]
+
+    async def fetchall(self) -> list[Any]:
+        return self._rows
+
+    async def fetchmany(self, _n: int) -> list[Any]:
+        rows, self._rows = self._rows, []
+        return rows
+
+
 class _HungConn:
     """A probe connection whose server stops answering after ``answers`` probes."""
 
@@ -142,27 +170,12 @@ class _HungConn:
     def cursor(self, _kind: object = None) -> Any:
         conn = self
 
-        class Cur:
-            async def __aenter__(self) -> Any:
-                return self
-
-            async def __aexit__(self, *_: Any) -> None:
-                return None
-
-            async def execute(self, sql: str, params: Any = None) -> None:
-                if sql.startswith("SET"):
-                    return
+        class Cur(_FakeCur):
+            async def answer(self, sql: str) -> list[Any]:
                 if conn.answers <= 0:
                     await asyncio.Event().wait()  # hangs: only the deadline ends it
                 conn.answers -= 1
-                self._rows = [(1,)]
-
-            async def fetchall(self) -> list[Any]:
                 return [(1,)]
-
-            async def fetchmany(self, _n: int) -> list[Any]:
-                rows, self._rows = self._rows, []
-                return rows
         return Cur()
 
     def close(self) -> None:
@@ -242,37 +255,52 @@ class _PlanConn:
     def __init__(self, ran: list[str]) -> None:
         self.ran = ran
 
+    def check(self, sql: str) -> None:
+        """Where a subclass's server refuses a statement."""
+
     def cursor(self, _kind: object = None) -> Any:
-        ran = self.ran
+        ran, check = self.ran, self.check
 
-        class Cur:
-            description: tuple[tuple[str], ...] = ()
-
-            async def __aenter__(self) -> Any:
-                return self
-
-            async def __aexit__(self, *_: Any) -> None:
-                return None
-
-            async def execute(self, sql: str, params: Any = None) -> None:
-                if sql.startswith("SET"):
-                    return
+        class Cur(_FakeCur):
+            async def answer(self, sql: str) -> list[Any]:
                 ran.append(sql)
+                check(sql)
                 explain = sql.startswith("EXPLAIN")
                 self.description = (("table",), ("type",), ("rows",)) if explain else (("1",),)
-                self._rows = ([("t", "ALL", 50000) if " c IN" in sql else ("t", "range", 2)] if explain
-                              else [(1,)])
-
-            async def fetchall(self) -> list[Any]:
-                return self._rows
-
-            async def fetchmany(self, _n: int) -> list[Any]:
-                rows, self._rows = self._rows, []
-                return rows
+                return ([("t", "ALL", 50000) if " c IN" in sql else ("t", "range", 2)] if explain
+                        else [(1,)])
         return Cur()
 
     def close(self) -> None:
         pass
+
+
+def _shaped(sql: str, plan: str) -> SimpleProbe:
+    """A statement probe of the shape named ``plan`` (rewrite_sql.Probe.plan)."""
+    probe = SimpleProbe(sql)
+    probe.plan = plan  # type: ignore[attr-defined]
+    return probe
+
+
+def _answers(conn: Callable[[], Any], probes: list[tuple[Any, str]], *, mariadb: bool = True) -> list[str]:
+    """``tag:status`` of each probe, run one after another by a one-session pool."""
+    heard: list[str] = []
+
+    async def connect(**_: Any) -> Any:
+        return conn()
+
+    async def main() -> None:
+        p = ProbePool(connect, mariadb=mariadb, size=1, timeout_ms=500, where=WHERE,
+                      on_done=lambda _p, tag, out: heard.append(f"{tag}:{out.status}:{out.rows}"))
+        p.start()
+        for probe, tag in probes:
+            p.submit(probe, tag)
+        while len(heard) < len(probes):
+            await asyncio.sleep(0.001)
+        await p.close()
+
+    asyncio.run(asyncio.wait_for(main(), 10))
+    return heard
 
 
 def test_a_statement_shape_whose_plan_scans_a_table_is_explained_once_and_never_sent() -> None:
@@ -285,10 +313,8 @@ def test_a_statement_shape_whose_plan_scans_a_table_is_explained_once_and_never_
     async def connect(**_: Any) -> Any:
         return _PlanConn(ran)
 
-    scan = SimpleProbe("SELECT * FROM t WHERE c IN (1, 2) LIMIT 256")
-    scan.plan = "s\0scan"  # type: ignore[attr-defined]
-    key = SimpleProbe("SELECT * FROM t WHERE id IN (1, 2) LIMIT 256")
-    key.plan = "s\0key"  # type: ignore[attr-defined]
+    scan = _shaped("SELECT * FROM t WHERE c IN (1, 2) LIMIT 256", "s\0scan")
+    key = _shaped("SELECT * FROM t WHERE id IN (1, 2) LIMIT 256", "s\0key")
 
     async def scenario(pool: ProbePool, probes: list[tuple[Any, str]]) -> None:
         heard.clear()
@@ -321,25 +347,9 @@ def test_a_statement_shape_whose_plan_scans_a_table_is_explained_once_and_never_
 
 def test_mysql_probe_sessions_ask_for_the_tabular_explain() -> None:
     ran: list[str] = []
-    heard: list[str] = []
-
-    async def connect(**_: Any) -> Any:
-        return _PlanConn(ran)
-
-    probe = SimpleProbe("SELECT * FROM t WHERE id = 1")
-    probe.plan = "s\0one"  # type: ignore[attr-defined]
-
-    async def main() -> None:
-        p = ProbePool(connect, mariadb=False, size=1, timeout_ms=500, where=WHERE,
-                      on_done=lambda _p, tag, out: heard.append(out.status))
-        p.start()
-        p.submit(probe, "a")
-        while not heard:
-            await asyncio.sleep(0.001)
-        await p.close()
-
-    asyncio.run(asyncio.wait_for(main(), 10))
-    assert heard == ["ok"] and ran[0] == "EXPLAIN FORMAT=TRADITIONAL SELECT * FROM t WHERE id = 1"
+    probe = _shaped("SELECT * FROM t WHERE id = 1", "s\0one")
+    assert _answers(lambda: _PlanConn(ran), [(probe, "a")], mariadb=False) == ["a:ok:1"]
+    assert ran[0] == "EXPLAIN FORMAT=TRADITIONAL SELECT * FROM t WHERE id = 1"
 
 
 class _RefusingConn(_PlanConn):
@@ -348,61 +358,29 @@ class _RefusingConn(_PlanConn):
 
     lost = [True]
 
-    def cursor(self, _kind: object = None) -> Any:
-        inner = super().cursor()
-        ran, lost = self.ran, self.lost
-
-        class Cur:
-            def __getattr__(self, name: str) -> Any:
-                return getattr(inner, name)
-
-            async def __aenter__(self) -> Any:
-                return self
-
-            async def __aexit__(self, *_: Any) -> None:
-                return None
-
-            async def execute(self, sql: str, params: Any = None) -> None:
-                if sql.startswith("EXPLAIN") and " v " in sql:
-                    ran.append(sql)
-                    raise pymysql.err.OperationalError(
-                        1345, "EXPLAIN/SHOW can not be issued; lacking privileges for underlying table")
-                if sql.startswith("EXPLAIN") and " gone " in sql and lost[0]:
-                    lost[0] = False
-                    ran.append(sql)
-                    raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
-                await inner.execute(sql, params)
-        return Cur()
+    def check(self, sql: str) -> None:
+        if sql.startswith("EXPLAIN") and " v " in sql:
+            raise pymysql.err.OperationalError(
+                1345, "EXPLAIN/SHOW can not be issued; lacking privileges for underlying table")
+        if sql.startswith("EXPLAIN") and " gone " in sql and self.lost[0]:
+            self.lost[0] = False
+            raise pymysql.err.OperationalError(2013, "Lost connection to server during query")
 
 
 def test_an_explain_the_server_refuses_is_a_verdict_and_a_lost_one_is_not() -> None:
-    heard: list[str] = []
     ran: list[str] = []
     opened: list[int] = []
 
-    async def connect(**_: Any) -> Any:
+    def conn() -> Any:
         opened.append(1)
         return _RefusingConn(ran)
 
-    view = SimpleProbe("SELECT * FROM v WHERE id = 1")
-    view.plan = "s\0view"  # type: ignore[attr-defined]
-    gone = SimpleProbe("SELECT * FROM gone WHERE id = 1")
-    gone.plan = "s\0gone"  # type: ignore[attr-defined]
-
-    async def main() -> None:
-        p = ProbePool(connect, mariadb=True, size=1, timeout_ms=500, where=WHERE,
-                      on_done=lambda _p, tag, out: heard.append(f"{tag}:{out.status}"))
-        p.start()
-        for probe, tag in ((view, "a"), (view, "b"), (gone, "c"), (gone, "d")):
-            p.submit(probe, tag)
-        while len(heard) < 4:
-            await asyncio.sleep(0.001)
-        await p.close()
-
-    asyncio.run(asyncio.wait_for(main(), 10))
+    view = _shaped("SELECT * FROM v WHERE id = 1", "s\0view")
+    gone = _shaped("SELECT * FROM gone WHERE id = 1", "s\0gone")
+    heard = _answers(conn, [(view, "a"), (view, "b"), (gone, "c"), (gone, "d")])
     # The refused EXPLAIN once, its shape not probed; the lost one fails as a probe would,
     # its session reopened, and the shape explained again.
-    assert heard == ["a:scan", "b:scan", "c:error", "d:ok"]
+    assert heard == ["a:scan:0", "b:scan:0", "c:error:0", "d:ok:1"]
     assert ran == [f"EXPLAIN {view.sql}", f"EXPLAIN {gone.sql}", f"EXPLAIN {gone.sql}", gone.sql]
     assert len(opened) == 2
 
@@ -417,25 +395,16 @@ class _WideConn:
     def cursor(self, kind: object = None) -> Any:
         self.kinds.append(kind)
 
-        class Cur:
-            left = 0
-
-            async def __aenter__(self) -> Any:
-                return self
-
-            async def __aexit__(self, *_: Any) -> None:
-                return None
-
-            async def execute(self, sql: str, params: Any = None) -> None:
-                self.left = 0 if sql.startswith("SET") else 150
+        class Cur(_FakeCur):
+            async def answer(self, sql: str) -> list[Any]:
+                return [(b"x" * 10,)] * 150
 
             async def fetchall(self) -> list[Any]:
                 raise AssertionError("a text probe's result was read whole")
 
             async def fetchmany(self, n: int) -> list[Any]:
-                take = min(n, self.left)
-                self.left -= take
-                return [(b"x" * 10,)] * take
+                rows, self._rows = self._rows[:n], self._rows[n:]
+                return rows
         return Cur()
 
     def close(self) -> None:
@@ -443,20 +412,7 @@ class _WideConn:
 
 
 def test_a_statement_probes_rows_are_counted_as_they_stream_not_held() -> None:
-    heard: list[tuple[str, int]] = []
     kinds: list[object] = []
-
-    async def connect(**_: Any) -> Any:
-        return _WideConn(kinds)
-
-    async def main() -> None:
-        p = ProbePool(connect, mariadb=True, size=1, timeout_ms=500, where=WHERE,
-                      on_done=lambda _p, _tag, out: heard.append((out.status, out.rows)))
-        p.start()
-        p.submit(SimpleProbe("SELECT * FROM t WHERE d < '2026-01-01' LIMIT 256"), "a")
-        while not heard:
-            await asyncio.sleep(0.001)
-        await p.close()
-
-    asyncio.run(asyncio.wait_for(main(), 10))
-    assert heard == [("ok", 150)] and SSCursor in kinds
+    probe = SimpleProbe("SELECT * FROM t WHERE d < '2026-01-01' LIMIT 256")
+    assert _answers(lambda: _WideConn(kinds), [(probe, "a")]) == ["a:ok:150"]
+    assert SSCursor in kinds

@@ -248,7 +248,6 @@ def test_a_row_probe_text_is_checked_once_and_a_refused_one_every_time(
     assert checked == [row.sql, bad.sql, bad.sql, stmt.sql, stmt.sql]
 
 
-
 class _PlanConn:
     """A probe connection whose EXPLAIN reads a whole table for texts naming `c`."""
 
@@ -283,7 +282,7 @@ def _shaped(sql: str, plan: str) -> SimpleProbe:
 
 
 def _answers(conn: Callable[[], Any], probes: list[tuple[Any, str]], *, mariadb: bool = True) -> list[str]:
-    """``tag:status`` of each probe, run one after another by a one-session pool."""
+    """``tag:status:rows`` of each probe, run one after another by a one-session pool."""
     heard: list[str] = []
 
     async def connect(**_: Any) -> Any:

@@ -364,9 +364,10 @@ class ProbePool:
                     held = None
                     self._on_done(probe, tag, Outcome("refused", 0, 0.0, reason))
                     continue
+                # None: may be sent; _UNKNOWN: its shape is explained first; else why it is not.
                 key = getattr(probe, "plan", None)
-                scan = _UNKNOWN if key is None else self._verdict(key)
-                if scan is not _UNKNOWN and scan is not None:
+                scan = None if key is None else self._verdict(key)
+                if scan is not None and scan is not _UNKNOWN:
                     held = None
                     self._not_sent(probe, tag, scan, 0.0)
                     continue
@@ -380,7 +381,7 @@ class ProbePool:
                     try:
                         if key is not None and scan is _UNKNOWN:
                             scan = await self._plan(cur, probe, key)
-                        if scan is _UNKNOWN or scan is None:  # else not sent (answered below)
+                        if scan is None:  # else not sent (answered below)
                             if probe.params:
                                 await cur.execute(probe.sql, probe.params)  # prepared (module doc)
                                 found = len(await cur.fetchall())
@@ -409,7 +410,7 @@ class ProbePool:
                     self.busy -= 1
                     self.last_used = time.monotonic()
                 held = None
-                if outcome is None:
+                if outcome is None:  # explained just now: its plan reads a whole table
                     self._not_sent(probe, tag, str(scan), time.perf_counter() - t0)
                     continue
                 self.counters.issued += 1

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from lagd.prefetch.rewrite_sql import index_probe_sql, rewrite_statement_sql
 from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
 from tests.integration.engine_util import run_held
@@ -144,3 +145,44 @@ def test_statements_whose_plan_reads_the_whole_table_are_not_probed(sandbox: San
     assert snap.pool["succeeded"] >= len(by_id) - 1 and snap.pool["failed"] == 0, snap.pool
     src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
     assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+
+
+def test_a_statement_probe_reads_what_its_update_reads_off_page_documents_included(
+        sandbox: Sandbox, schema: str) -> None:
+    """Why a statement probe is ``SELECT *`` even where a row holds a 64 KB document
+    (off-page, in four 16 KB pages): InnoDB reads the whole row, off-page parts
+    included, for an UPDATE (a read under an exclusive lock fetches the whole
+    record), whatever columns it sets. So the probe reads what the statement will
+    and no more. A row probe (``SELECT 1`` by the primary key) warms the row's page
+    alone, and leaves its document's pages to the SQL thread.
+
+    Counted as buffer-pool page requests (InnoDB's global count around each
+    statement, on one otherwise idle session), not timed."""
+    sb = sandbox
+    sb.source.query(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, k INT NOT NULL, c INT NOT NULL,"
+                    " doc MEDIUMBLOB NOT NULL, KEY k_1 (k))")
+    sb.source.query(f"INSERT INTO `{schema}`.t SELECT seq, seq, 0, REPEAT(MD5(seq), 2048)"
+                    " FROM seq_1_to_100", db=schema)
+    statement = rewrite_statement_sql("UPDATE t SET c = c + 1 WHERE id = 11", schema).probe
+    assert statement is not None
+    row = index_probe_sql(schema, "t", "PRIMARY", ("id",), (), 1)
+    conn = sb.source.connect(schema, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            def gets(sql: str, *args: object) -> int:
+                cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")
+                before = int(cur.fetchone()[1])  # type: ignore[index]
+                cur.execute(sql, args)
+                cur.fetchall()
+                cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")
+                return int(cur.fetchone()[1]) - before  # type: ignore[index]
+
+            # Each on rows of their own: none was read by another just before.
+            found = {"row probe": gets(row, 10), "statement probe": gets(statement.sql),
+                     "UPDATE": gets("UPDATE t SET c = c + 1 WHERE id = 12"),
+                     "UPDATE again, no change": gets("UPDATE t SET c = c WHERE id = 13")}
+    finally:
+        conn.close()
+    print("buffer-pool page requests:", found)
+    assert found["row probe"] + 4 <= found["statement probe"] <= found["UPDATE again, no change"], found
+    assert found["statement probe"] <= found["UPDATE"], found

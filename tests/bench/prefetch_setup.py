@@ -53,6 +53,20 @@ def _load_sql(lo: int, hi: int, n_rows: int) -> str:
             f"FROM seq_{lo}_to_{hi}")
 
 
+# Documents: a row with a 24,000-byte BLOB, which InnoDB keeps off the row's page (two
+# 16 KB pages of its own). An UPDATE reads the whole record, the document's pages too.
+DOCS = "docs"
+DOCS_DDL = (f"CREATE TABLE {DOCS} (id INT NOT NULL PRIMARY KEY, c INT NOT NULL DEFAULT 0,"
+            " doc MEDIUMBLOB NOT NULL) ENGINE=InnoDB")
+DOC_BYTES = 24_000
+BASE_VERSION = 2  # 2: with the documents table
+
+
+def doc_rows(n_rows: int) -> int:
+    """Documents in the base: about 2.4 GB for the 12M-row benchmark, 10x a 256 MB pool."""
+    return max(1000, n_rows // 120)
+
+
 def _load(server: Any, n_rows: int, chunk: int = 1_000_000) -> None:
     conn = server.connect("bench")
     try:
@@ -61,6 +75,11 @@ def _load(server: Any, n_rows: int, chunk: int = 1_000_000) -> None:
             for lo in range(1, n_rows + 1, chunk):
                 cur.execute(_load_sql(lo, min(n_rows, lo + chunk - 1), n_rows))
             cur.execute(f"ALTER TABLE {TABLE} ADD INDEX k_1 (k)")
+            cur.execute(DOCS_DDL)
+            docs, step = doc_rows(n_rows), 5000
+            for lo in range(1, docs + 1, step):
+                cur.execute(f"INSERT INTO {DOCS} SELECT seq, 0, REPEAT(MD5(seq), {DOC_BYTES // 32})"
+                            f" FROM seq_{lo}_to_{min(docs, lo + step - 1)}")
     finally:
         conn.close()
 
@@ -138,6 +157,11 @@ def _w_mixed(cur: Any, ids: Ids) -> int:
     return 1
 
 
+def _w_update_doc(cur: Any, ids: Ids) -> int:
+    cur.execute(f"UPDATE {DOCS} SET c = c + 1 WHERE id = %s", (ids.rng.randint(1, doc_rows(ids.n)),))
+    return 1
+
+
 def _w_update_hot(cur: Any, ids: Ids) -> int:
     # A skewed hot set: 90% of the updates go to 1% of the rows.
     hot = ids.rng.random() < 0.9
@@ -202,6 +226,8 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "delete_big": ("transactions of 50,000 random-row DELETEs", _w_delete_big),
     "update_big_stmt": ("transactions of 50,000 random primary-key UPDATEs logged as statements",
                         _w_update_big_stmt),
+    "update_doc": ("primary-key UPDATEs of rows holding a 24 KB document (off-page BLOB),"
+                   " binlog_row_image=MINIMAL", _w_update_doc),
     "insert_fk": ("INSERTs into a child table whose foreign key references a random row", _w_insert_fk),
     "insert_fk_stmt": ("insert_fk logged as statements (binlog_format=STATEMENT)", _w_insert_fk),
 }
@@ -210,13 +236,17 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
 # of a table that exists, and another workload may have made it on the source.
 PREPARE = {"insert_fk": (f"DROP TABLE IF EXISTS {CHILD}", CHILD_DDL),
            "insert_fk_stmt": (f"DROP TABLE IF EXISTS {CHILD}", CHILD_DDL)}
+# Settings of the source's writing sessions per workload: a documents table's rows are
+# logged without their documents, as binlog sizes make DBAs set them.
+SESSION = {"update_doc": ("SET SESSION binlog_row_image = 'MINIMAL'",)}
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
 BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT",
                  "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT", "insert_fk_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,
-                    threads: int = 4, binlog_format: str | None = None) -> int:
+                    threads: int = 4, binlog_format: str | None = None, session: tuple[str, ...] = ()
+                    ) -> int:
     made = [0]
     lock = threading.Lock()
     per = changes // threads
@@ -229,6 +259,8 @@ def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, se
             with conn.cursor() as cur:
                 if binlog_format:
                     cur.execute(f"SET SESSION binlog_format = '{binlog_format}'")
+                for sql in session:
+                    cur.execute(sql)
                 while n < per:
                     n += fn(cur, ids)
                     conn.commit()
@@ -266,7 +298,8 @@ def to_build(cached: dict[str, Any] | None, n_rows: int, changes: int, wanted: l
     The source is not cached, so one workload missing means building it all again,
     and then the cached workloads are built again with it rather than dropped. A
     cache of another table or backlog length is another benchmark: replaced."""
-    if cached is None or cached.get("rows") != n_rows or cached.get("changes") != changes:
+    if (cached is None or cached.get("rows") != n_rows or cached.get("changes") != changes
+            or cached.get("base_version", 1) != BASE_VERSION):
         return list(wanted)
     have = list(cached.get("workloads") or {})
     if set(wanted) <= set(have):
@@ -309,7 +342,7 @@ def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[
         shutil.copytree(rep.datadir, cache / "replica-base", symlinks=True)
         sb.restart_server(rep.name, start_slave=False)
         meta = {"rows": n_rows, "table_bytes": size, "changes": changes, "workloads": {},
-                "replica_name": rep.name}
+                "replica_name": rep.name, "base_version": BASE_VERSION}
         for i, name in enumerate(workloads):
             desc, fn = WORKLOADS[name]
             rep.query("STOP SLAVE")
@@ -328,7 +361,7 @@ def build(cache: Path, n_rows: int, changes: int, workloads: list[str]) -> dict[
                     conn.close()
             w0 = time.monotonic()
             made = _write_workload(sb, fn, changes, seed=i + 1,
-                                   binlog_format=BINLOG_FORMAT.get(name))
+                                   binlog_format=BINLOG_FORMAT.get(name), session=SESSION.get(name, ()))
             _wait_received(sb)
             rep.query("STOP SLAVE IO_THREAD")
             out = cache / "workloads" / name

@@ -2,7 +2,7 @@
 and what it builds into its cache (prefetch_setup.py)."""
 import pytest
 from tests.bench.bench_prefetch import Run, pair_ratios, pairs_plan
-from tests.bench.prefetch_setup import to_build
+from tests.bench.prefetch_setup import BASE_VERSION, to_build
 
 
 def run(workload: str, mode: str, seconds: float = 1.0) -> Run:
@@ -46,13 +46,17 @@ def test_pair_ratios_pairs_each_run_with_its_neighbouring_twin(runs, want):
 
 @pytest.mark.parametrize(("cached", "wanted", "want"), [
     (None, ["update_pk"], ["update_pk"]),  # no cache yet
-    ({"rows": 10, "changes": 5, "workloads": {"update_pk": {}, "insert": {}}}, ["insert"], []),
+    ({"rows": 10, "changes": 5, "workloads": {"update_pk": {}, "insert": {}}, "base_version": BASE_VERSION},
+     ["insert"], []),
     # one missing: all built again, the cached ones kept
-    ({"rows": 10, "changes": 5, "workloads": {"update_pk": {}, "insert": {}}}, ["delete", "insert"],
-     ["update_pk", "insert", "delete"]),
-    # another backlog length is another benchmark
-    ({"rows": 10, "changes": 6, "workloads": {"update_pk": {}}}, ["insert"], ["insert"]),
-    ({"rows": 11, "changes": 5, "workloads": {"update_pk": {}}}, ["update_pk"], ["update_pk"]),
+    ({"rows": 10, "changes": 5, "workloads": {"update_pk": {}, "insert": {}}, "base_version": BASE_VERSION},
+     ["delete", "insert"], ["update_pk", "insert", "delete"]),
+    # another backlog length is another benchmark, and so is a base of another version
+    ({"rows": 10, "changes": 6, "workloads": {"update_pk": {}}, "base_version": BASE_VERSION}, ["insert"],
+     ["insert"]),
+    ({"rows": 11, "changes": 5, "workloads": {"update_pk": {}}, "base_version": BASE_VERSION}, ["update_pk"],
+     ["update_pk"]),
+    ({"rows": 10, "changes": 5, "workloads": {"update_pk": {}}}, ["update_pk"], ["update_pk"]),
 ])
 def test_a_cache_missing_a_workload_keeps_the_ones_it_held(cached, wanted, want):
     assert to_build(cached, 10, 5, wanted) == want

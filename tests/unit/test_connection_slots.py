@@ -234,3 +234,4 @@ class SimpleProbe:
     sql: str = "SELECT 1"
     params: tuple[Any, ...] = ()
     rows: int = 1
+    pages: int = 0

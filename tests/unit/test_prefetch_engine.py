@@ -27,6 +27,7 @@ class StubPool:
 @dataclass
 class Probe:
     rows: int = 16
+    pages: int = 0
 
 
 def engine(clock: list[float], transactions: int = 20) -> PrefetchEngine:
@@ -379,3 +380,15 @@ def test_the_change_buffer_setting_is_followed_and_kept_when_it_cannot_be_read(
     mon.error, mon.variables_now = None, {"innodb_change_buffering": "none"}  # SET GLOBAL
     asyncio.run(eng._read_change_buffering())
     assert batcher.told[-1] == (frozenset(), " (innodb_change_buffering=none)")
+
+
+def test_the_leads_page_budget_counts_a_probes_pages_where_a_row_is_more_than_one() -> None:
+    """A clustered probe of rows with off-page documents brings in several pages a row
+    (rewrite.documents): the lead's budget counts them, and gives them back if it fails."""
+    eng = engine([100.0])
+    eng.pool.submit = lambda probe, tag: True  # type: ignore[attr-defined]
+    eng._pending_seq, eng._pending_row = 5, 0
+    eng._submit([Probe(rows=4, pages=12), Probe(rows=16)])
+    assert (eng._lead_pages, eng._by_seq[5].probed, eng.counters.rows_probed) == (28, 28, 20)
+    eng._on_done(Probe(rows=4, pages=12), (5, 0), Outcome("error", 0, 0.01))
+    assert (eng._lead_pages, eng._by_seq[5].probed) == (16, 16)

@@ -164,6 +164,7 @@ class FakeProbe:
     table: str
     rows: int = 1
     kind: str = "pk"
+    pages: int = 0
 
 
 class FakeBatcher:

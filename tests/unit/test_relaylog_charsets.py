@@ -59,3 +59,53 @@ def test_text_columns_know_their_character_set(resolver: Any, collations: bool) 
 def test_without_collations_or_information_schema_no_character_set_is_guessed() -> None:
     info = TableMapResolver().resolve(table_map(False))
     assert [col.charset_name for col in info.columns] == [None] * len(COLUMNS)
+
+
+class _Answers:
+    """A connection answering the resolver's information_schema lookups from tables of
+    rows (the first word after FROM names the view)."""
+
+    def __init__(self, views: dict[str, list[dict[str, Any]]]) -> None:
+        self.views, self.asked = views, []
+        self._rows: list[dict[str, Any]] = []
+
+    def cursor(self) -> Any:
+        return self
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def execute(self, sql: str, args: Any = None) -> None:
+        view = sql.split(" FROM information_schema.")[1].split(maxsplit=1)[0]
+        self.asked.append(view)
+        self._rows = self.views.get(view, [])
+
+    def fetchall(self) -> list[dict[str, Any]]:
+        return self._rows
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("tables", "row_bytes"), [
+    ([{"AVG_ROW_LENGTH": 33_215}], 33_215),
+    ([], None),  # not visible: unknown, never 0
+    ([{"AVG_ROW_LENGTH": None}], None),
+])
+def test_a_resolved_table_knows_its_rows_average_size_off_page_parts_included(
+        tables: list[dict[str, Any]], row_bytes: int | None) -> None:
+    """information_schema.TABLES.AVG_ROW_LENGTH, for the clustered probes that read
+    rows' off-page documents (prefetch.rewrite.documents); forgotten with the table."""
+    cols = [{"COLUMN_NAME": f"c{i}", "ORDINAL_POSITION": i + 1, "IS_NULLABLE": "YES",
+             "COLUMN_TYPE": ctype, "CHARACTER_SET_NAME": cs}
+            for i, (_t, _m, _coll, ctype, cs, _want) in enumerate(COLUMNS)]
+    conn = _Answers({"COLUMNS": cols, "TABLES": tables})
+    resolver = InformationSchemaResolver(lambda: conn)
+    assert resolver.resolve(table_map(True)).row_bytes == row_bytes
+    assert conn.asked == ["COLUMNS", "STATISTICS", "KEY_COLUMN_USAGE", "TABLES"]
+    resolver.invalidate(["s.t"])
+    conn.views["TABLES"] = [{"AVG_ROW_LENGTH": 100}]
+    assert resolver.resolve(table_map(True)).row_bytes == 100

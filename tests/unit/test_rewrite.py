@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -20,6 +21,7 @@ from lagd.prefetch.rewrite import (
     PrefetchConfigError,
     Probe,
     ProbeBatcher,
+    documents,
     padded_size,
     plan_table,
 )
@@ -717,3 +719,40 @@ def test_appends_are_counted_for_inserts_only() -> None:
     probes_for(RowChange(SEQ, INS, None, (10,)), RowChange(SEQ, D, (11,), None),
                RowChange(SEQ, U, (12,), (13,)), batcher=b)
     assert not b.skipped
+
+
+# docs(id PK, k INT KEY, body MEDIUMTEXT, shape GEOMETRY): the binlog names every BLOB and
+# TEXT column "blob"; information_schema gives the rows' average size, off-page parts included.
+DOCS = TableInfo(
+    "shop", "docs", (col("id"), col("k"), col("body", "blob", charset="utf8"), col("shape", "geometry")),
+    PK, (PK, Index("k_1", (1,), unique=False)), (0, 1), "table_map+information_schema", row_bytes=33_000,
+)
+
+
+@pytest.mark.parametrize(("row_bytes", "columns", "want"), [
+    (33_000, DOCS.columns, ("ISNULL(`body`), ISNULL(`shape`)", 3)),  # 24 KB documents: 2 pages + the leaf
+    (8_192, DOCS.columns, ("ISNULL(`body`), ISNULL(`shape`)", 2)),  # half a page: off-page as a rule
+    (8_000, DOCS.columns, ("1", 1)),  # smaller rows keep their documents in line
+    (None, DOCS.columns, ("1", 1)),  # size unknown (no information_schema): one page a row
+    (33_000, ORDERS.columns, ("1", 1)),  # wide, but nothing InnoDB puts off the page
+], ids=["documents", "half-a-page", "in-line", "unknown-size", "no-document-column"])
+def test_clustered_probes_read_documents_where_rows_are_half_a_page_or_more(
+        row_bytes: int | None, columns: tuple[Column, ...], want: tuple[str, int]) -> None:
+    assert documents(replace(DOCS, columns=columns, row_bytes=row_bytes)) == want
+
+
+def test_a_document_tables_clustered_probes_read_its_documents_and_count_their_pages() -> None:
+    """The SQL thread's UPDATE and DELETE read the whole record, documents included
+    (rewrite.documents); the secondary entries it moves are read as before."""
+    got = probes_for(RowChange(DOCS, U, (1, 10), (1, 11)), RowChange(DOCS, D, (2, 20), None),
+                     RowChange(DOCS, INS, None, (3, 30)))
+    pk = [p for p in got if p.kind == "pk"]
+    assert [(p.sql, p.rows, p.pages) for p in pk] == [(
+        "SELECT ISNULL(`body`), ISNULL(`shape`) FROM `shop`.`docs` FORCE INDEX (`PRIMARY`)"
+        " WHERE `id` IN (%s, %s, %s, %s)", 3, 9)]
+    for p in got:
+        assert_plain_select(p.sql)
+        if p.kind != "pk":
+            assert p.sql.startswith("SELECT 1 FROM") and p.pages == 0
+    plain = probes_for(RowChange(replace(DOCS, row_bytes=None), U, (1, 10), (1, 10)))
+    assert [(p.sql.split(" FROM")[0], p.pages) for p in plain] == [("SELECT 1", 0)]

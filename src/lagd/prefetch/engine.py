@@ -67,7 +67,7 @@ class _Trx:
     rows: int = 0  # row changes and statements read of it
     statements: int = 0  # of those, statements (not counted as rows applied)
     bytes: int = 0
-    probed: int = 0  # keys probed for it: pages it may hold in the pool
+    probed: int = 0  # pages its probes may hold in the pool: a key each, more with documents
     rows_probed: int = 0  # of its rows, those given to the batcher (the last ones read)
     start: tuple[str, int] = ("", 0)  # its first event's relay-log file and offset
     read_bytes: int = 0  # relay-log bytes of it the cursor has read (all of them: ``bytes``)
@@ -269,8 +269,8 @@ class PrefetchEngine:
             else:
                 self.counters.late += 1
         if outcome.status != "ok" and trx is not None:
-            trx.probed -= probe.rows
-            self._lead_pages -= probe.rows
+            trx.probed -= probe.pages or probe.rows
+            self._lead_pages -= probe.pages or probe.rows
         if outcome.status == "error" and getattr(outcome, "kind", None) == Kind.SCHEMA:
             # The definition it was built from is not the replica's: resolve the
             # table again (once, between reads) rather than fail on every row.
@@ -423,10 +423,12 @@ class PrefetchEngine:
                 continue
             self.counters.probes_submitted += 1
             self.counters.rows_probed += p.rows
+            # Pages, not rows: a row with off-page documents is several (rewrite.documents).
+            pages = p.pages or p.rows
             trx = self._by_seq.get(tag[0])
             if trx is not None:
-                trx.probed += p.rows
-            self._lead_pages += p.rows
+                trx.probed += pages
+            self._lead_pages += pages
 
     async def _read(self, budget: int) -> None:
         """Read on in the cursor's own thread (files, information_schema), then account on the loop."""

@@ -61,9 +61,16 @@ from typing import Any
 
 from lagd.errors import LagdError
 from lagd.mysql.changebuf import DELETE_MARKS, INSERTS
+from lagd.prefetch.control import PAGE_BYTES
 from lagd.prefetch.fingerprint import StatementBatcher
 from lagd.prefetch.inserts import ParentKey, TableKeys, parent_key
-from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, index_probe_sql, rewrite_statement
+from lagd.prefetch.rewrite_sql import (
+    Probe,
+    StatementRewrite,
+    document_select,
+    index_probe_sql,
+    rewrite_statement,
+)
 from lagd.relaylog.events import Ddl, ForeignKey, Index, LoadData, RowChange, RowKind, Statement, TableInfo
 
 __all__ = [
@@ -79,6 +86,7 @@ _PLAN_CACHE = 4096  # table definitions; a DDL storm must not grow memory withou
 
 # B-tree indexes need a prefix on these; one without is FULLTEXT, SPATIAL or
 # MariaDB's hash-based long UNIQUE, which FORCE INDEX cannot use for lookups.
+# They are also the columns InnoDB may keep off the row's page (documents_select).
 _UNINDEXABLE = frozenset({"blob", "tiny_blob", "medium_blob", "long_blob", "geometry", "json",
                           "vector"})
 _SYNTHETIC_NAME = re.compile(r"@\d+")
@@ -131,18 +139,39 @@ class _Batch:
         if text is None:
             t = self.plan.table
             text = self.sqls[n] = index_probe_sql(t.schema, t.name, self.index, self.probe_columns,
-                                                  self.null_columns, n, self.convert)
+                                                  self.null_columns, n, self.convert, self.plan.select)
         return text
+
+
+def documents(table: TableInfo) -> tuple[str, int]:
+    """What a clustered probe of ``table`` selects, and the pages it reads a row.
+
+    The SQL thread's UPDATE or DELETE reads a row's off-page BLOB and TEXT
+    parts with it (rewrite_sql.document_select), pages of their own that a
+    ``SELECT 1`` leaves cold: with a 24 KB document, two of the three pages
+    the row costs. Where the table's rows average half a page or more
+    (information_schema's AVG_ROW_LENGTH, off-page parts included) such
+    columns are selected, and the probe counts ``1 + AVG_ROW_LENGTH / page``
+    pages a row (at least 2) in the lead's page budget (control.step), so that the
+    documents warmed are not evicted before the SQL thread reads them. Rows
+    that small keep their documents in line, and so does a table whose size
+    is not known (no information_schema): ``SELECT 1``, one page a row.
+    """
+    wide = [c.name for c in table.columns if c.type_name in _UNINDEXABLE]
+    if not wide or table.row_bytes is None or table.row_bytes * 2 < PAGE_BYTES:
+        return "1", 1
+    return document_select(wide), 1 + max(1, round(table.row_bytes / PAGE_BYTES))
 
 
 class _IndexPlan:
     """One index of one table: slots, getters and batches, precomputed."""
 
     __slots__ = ("batch", "change", "covering", "ext_columns", "ext_convert", "ext_slots", "get", "kind",
-                 "masked", "name", "table", "text", "top")
+                 "masked", "name", "row_pages", "select", "table", "text", "top")
 
     def __init__(self, table: TableInfo, index: Index, kind: str, key: Index) -> None:
         self.table, self.name, self.kind = table, index.name, kind
+        self.select, self.row_pages = documents(table) if kind == "pk" else ("1", 1)
         # A prefix index holds only the start of the value: the server must read the row.
         self.covering = kind == "pk" or not any(p is not None for p in index.prefix_lengths)
         ordinals = list(index.columns)
@@ -174,10 +203,11 @@ class _ParentPlan:
     """One foreign key's look-up in its parent (inserts.ParentKey): the batch, and the
     getter of the child's values in the parent index's column order."""
 
-    __slots__ = ("batch", "covering", "get", "keys", "kind", "name", "table", "text")
+    __slots__ = ("batch", "covering", "get", "keys", "kind", "name", "row_pages", "select", "table", "text")
 
     def __init__(self, ref: ParentKey, keys: TableKeys, child: TableInfo) -> None:
         self.keys = keys  # the parent as learnt: a new learning (DDL) makes a new plan
+        self.select, self.row_pages = "1", 1  # InnoDB's check reads the parent's key alone
         self.table = _Parent(ref.schema, ref.table)
         self.name, self.kind, self.covering = ref.index.name, _PARENT, True
         self.get = itemgetter(*(child.slot(c) for c in ref.columns))
@@ -591,8 +621,9 @@ class ProbeBatcher:
             keys.extend([keys[-1]] * (size - n))
         params = tuple(keys) if batch.single else tuple(chain.from_iterable(keys))
         t = batch.plan.table
+        pages = batch.plan.row_pages
         return Probe(batch.sql(size), params, t.schema, t.name, batch.index, n,
-                     batch.kind, batch.covering)
+                     batch.kind, batch.covering, pages=n * pages if pages > 1 else 0)
 
     def flush(self) -> list[Probe]:
         """Every waiting key, as probes (oldest batch first)."""

@@ -22,6 +22,7 @@ stored functions (any side effect, run with their definer's rights), so
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -81,20 +82,24 @@ class Probe:
     covering: bool = True
     source_time: int | None = None
     plan: str | None = None
+    # The buffer-pool pages it may bring in, where a row is more than its leaf's share
+    # (a clustered probe of rows with off-page documents); 0: one page a row.
+    pages: int = 0
 
 
 def index_probe_sql(
     schema: str, table: str, index: str, columns: tuple[str, ...], null_columns: tuple[str, ...],
-    keys: int, convert: tuple[str | None, ...] = (),
+    keys: int, convert: tuple[str | None, ...] = (), select: str = "1",
 ) -> str:
     """``SELECT 1 ... FORCE INDEX (index) WHERE <null_columns IS NULL AND> columns IN (keys)``.
 
     FORCE INDEX keeps the optimizer from answering a primary-key probe from a
     smaller secondary index (which holds the key too) and so skipping the
     page the SQL thread will need. ``convert``: each column's character set
-    (None: leave the key as sent), see :func:`key_placeholder`.
+    (None: leave the key as sent), see :func:`key_placeholder`. ``select``:
+    what it selects instead of 1 (:func:`document_select`).
     """
-    head = (f"SELECT 1 FROM {quote_ident(schema)}.{quote_ident(table)}"
+    head = (f"SELECT {select} FROM {quote_ident(schema)}.{quote_ident(table)}"
             f" FORCE INDEX ({quote_ident(index)}) WHERE ")
     nulls = "".join(f"{quote_ident(c)} IS NULL AND " for c in null_columns)
     marks = [key_placeholder(convert[i] if i < len(convert) else None) for i in range(len(columns))]
@@ -103,6 +108,21 @@ def index_probe_sql(
     row = "(" + ", ".join(marks) + ")"
     names = ", ".join(quote_ident(c) for c in columns)
     return f"{head}{nulls}({names}) IN ({', '.join([row] * keys)})"
+
+
+def document_select(columns: Iterable[str]) -> str:
+    """``ISNULL(`a`), ISNULL(`b`)``: what a clustered probe selects to read its rows'
+    off-page BLOB and TEXT parts as well, returning a byte a column, not the documents.
+
+    InnoDB reads the whole record, off-page parts included, for an UPDATE or
+    DELETE (a read under an exclusive lock), whatever columns it changes:
+    MariaDB 10.11, a row with a 64 KB document, buffer-pool page requests: the
+    UPDATE of an INT column 13, ``SELECT 1`` by its primary key 1, this 6
+    (test_a_statement_probe_reads_what_its_update_reads_off_page_documents_included).
+    A column in the select list is read whole, so ISNULL reads the same pages as
+    the column itself would.
+    """
+    return ", ".join(f"ISNULL({quote_ident(c)})" for c in columns)
 
 
 # Character sets a utf8mb4 session's keys compare with as they are. Any other

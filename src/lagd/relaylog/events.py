@@ -74,6 +74,9 @@ class TableInfo:
     source: str  # "table_map", "information_schema" or "table_map+information_schema"
     # Only information_schema knows them; the table map never does.
     foreign_keys: tuple[ForeignKey, ...] = ()
+    # The bytes a row takes in the clustered index, its off-page BLOB and TEXT parts
+    # included (information_schema.TABLES.AVG_ROW_LENGTH, InnoDB's estimate); None: unknown.
+    row_bytes: int | None = None
 
     @property
     def probeable(self) -> bool:

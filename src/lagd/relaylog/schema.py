@@ -161,6 +161,7 @@ class InformationSchemaResolver(TableMapResolver):
         self._next_try = 0.0
         self._conn: Any = None
         self._cache: dict[str, tuple[Rows, Rows, Rows]] = {}  # COLUMNS, STATISTICS, foreign keys
+        self._row_bytes: dict[str, int] = {}  # TABLES.AVG_ROW_LENGTH, looked up with them
         self._lock = threading.Lock()
         self._referenced: dict[tuple[str, str], None] = {}  # parents of the foreign keys resolved
         self.lookups = 0
@@ -171,9 +172,11 @@ class InformationSchemaResolver(TableMapResolver):
         with self._lock:
             if tables is None:
                 self._cache.clear()
+                self._row_bytes.clear()
             else:
                 for name in tables:
                     self._cache.pop(name, None)
+                    self._row_bytes.pop(name, None)
 
     def _query(self, schema: str, table: str) -> tuple[Rows, Rows, Rows]:
         key = f"{schema}.{table}"
@@ -184,6 +187,7 @@ class InformationSchemaResolver(TableMapResolver):
         if self._clock() < self._next_try:
             return [], [], []
         self.lookups += 1
+        avg: Any = None
         for attempt in (1, 2):
             fresh = self._conn is None
             try:
@@ -214,6 +218,11 @@ class InformationSchemaResolver(TableMapResolver):
                         (schema, table),
                     )
                     fks = [self._row(cur, r) for r in cur.fetchall()]
+                    cur.execute(
+                        "SELECT AVG_ROW_LENGTH FROM information_schema.TABLES"
+                        " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s", (schema, table))
+                    found = [self._row(cur, r) for r in cur.fetchall()]
+                    avg = found[0].get("AVG_ROW_LENGTH") if found else None
                 break
             except Exception as exc:  # any failure drops the session
                 self.last_error = str(exc)
@@ -231,6 +240,10 @@ class InformationSchemaResolver(TableMapResolver):
         self._failed_in_a_row = 0
         with self._lock:
             self._cache[key] = (cols, stats, fks)
+            if avg is not None:
+                self._row_bytes[key] = int(avg)
+            else:
+                self._row_bytes.pop(key, None)
         return cols, stats, fks
 
     def describe(self, schema: str, table: str) -> tuple[Rows, Rows, Rows] | None:
@@ -306,7 +319,10 @@ class InformationSchemaResolver(TableMapResolver):
         if fks:
             with self._lock:
                 self._referenced.update(((fk.parent_schema, fk.parent_table), None) for fk in fks)
+        with self._lock:
+            row_bytes = self._row_bytes.get(f"{tm.schema}.{tm.table}")
         return TableInfo(tm.schema, tm.table, tuple(columns), key, tuple(indexes),
                          _needed(len(columns), indexes, self.decode_all),
-                         "table_map+information_schema" if tm.names else "information_schema", fks)
+                         "table_map+information_schema" if tm.names else "information_schema", fks,
+                         row_bytes)
 

@@ -1,0 +1,123 @@
+"""Rows with off-page documents (BLOB/TEXT) on a real replica.
+
+InnoDB keeps a long BLOB or TEXT value off the row's page, in pages of its own,
+and reads them whenever it reads the record under an exclusive lock: the SQL
+thread's UPDATE or DELETE of a row reads its documents too, whatever columns
+the change names, even when the log carries only the key
+(binlog_row_image=MINIMAL). A clustered probe of ``SELECT 1`` warms the row's
+page alone; on a table whose rows average half a page or more, lagd's
+clustered probes select ``ISNULL(doc)`` instead (prefetch.rewrite.documents),
+which reads the same pages and returns a byte.
+
+Measured as buffer-pool page requests (InnoDB's global count), not time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+from lagd.prefetch.service import PrefetchOptions
+from lagd.sandbox.pair import Sandbox
+from tests.integration.engine_util import run_held
+from tests.integration.test_relaylog_sandbox import wait_received
+
+ROWS = 300
+DOC_BYTES = 65_536  # four off-page pages a row
+
+
+def _requests(sb: Sandbox) -> int:
+    return int(sb.replica().query("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")[0]["Value"])
+
+
+def _write(sb: Sandbox, schema: str, statements: list[str]) -> None:
+    conn = sb.source.connect(schema, autocommit=False)
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SET SESSION binlog_format = 'ROW'")
+            cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")  # the documents are not logged
+            for i, sql in enumerate(statements):
+                cur.execute(sql)
+                if i % 10 == 9:
+                    conn.commit()
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def _table(sb: Sandbox, schema: str) -> None:
+    # Even ids hold a 64 KB document, odd ones a short one that stays on the row's page.
+    sb.source.query(f"CREATE TABLE `{schema}`.docs (id INT PRIMARY KEY, c INT NOT NULL,"
+                    " doc MEDIUMBLOB NOT NULL)")
+    sb.source.query(f"INSERT INTO `{schema}`.docs SELECT seq, 0,"
+                    f" IF(seq % 2 = 0, REPEAT(MD5(seq), {DOC_BYTES // 32}), 'short') FROM seq_1_to_{ROWS}",
+                    db=schema)
+    sb.source.query(f"ANALYZE TABLE `{schema}`.docs")
+    sb.wait_caught_up(timeout=60)
+
+
+def test_the_sql_threads_row_update_reads_the_rows_documents(sandbox: Sandbox, schema: str) -> None:
+    """50 row UPDATEs logged with the key alone: applied to rows with 64 KB documents
+    they cost the SQL thread about four page requests a row more than on rows whose
+    short document is in line."""
+    sb = sandbox
+    _table(sb, schema)
+    costs = {}
+    for name, parity in (("in line", 1), ("off-page", 0)):
+        sb.stop_sql_thread()
+        _write(sb, schema, [f"UPDATE docs SET c = c + 1 WHERE id = {2 * i + 2 - parity}" for i in range(50)])
+        wait_received(sb)
+        before = _requests(sb)
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+        costs[name] = _requests(sb) - before
+    print("page requests of the SQL thread for 50 row UPDATEs:", costs)
+    assert costs["off-page"] - costs["in line"] >= 50 * 3, costs
+
+
+def test_clustered_probes_of_a_document_table_read_the_documents(sandbox: Sandbox, schema: str) -> None:
+    sb = sandbox
+    _table(sb, schema)
+    info = sb.replica().query("SELECT AVG_ROW_LENGTH AS b FROM information_schema.TABLES"
+                              " WHERE TABLE_SCHEMA = %s AND TABLE_NAME = 'docs'", (schema,))
+    print("AVG_ROW_LENGTH:", info)
+    sb.stop_sql_thread()
+    rng = random.Random(5)
+    statements = ["UPDATE docs SET c = c + 1 WHERE id = 1"]
+    statements += [f"UPDATE docs SET c = c + 1 WHERE id = {2 * rng.randint(1, ROWS // 2)}"
+                   for _ in range(200)]
+    statements += [f"DELETE FROM docs WHERE id = {i}" for i in range(ROWS - 19, ROWS + 1)]
+    try:
+        _write(sb, schema, statements)
+        wait_received(sb)
+        probes, snap = asyncio.run(_run_engine(sb, schema))
+    finally:
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    mine = [p for p in probes if p.schema == schema and p.kind == "pk"]
+    print("prefetch:", snap.counters, snap.pool, "\n", mine[:2])
+    assert mine and snap.pool["failed"] == 0, snap.pool
+    assert all(p.sql.startswith("SELECT ISNULL(`doc`) FROM") for p in mine), mine[0].sql
+    # rows averaging 32 KB or more: the leaf and at least two pages of documents a row
+    assert all(p.pages >= 3 * p.rows for p in mine), [(p.rows, p.pages) for p in mine]
+    gets = []
+    for select in ("1", "ISNULL(`doc`)"):  # the same rows, read once each way, as the probe does
+        sql = mine[0].sql.replace("SELECT ISNULL(`doc`)", f"SELECT {select}", 1)
+        before = _requests(sb)
+        sb.replica().query(sql, mine[0].params)
+        gets.append(_requests(sb) - before)
+    print(f"page requests of a probe of {mine[0].rows} rows: SELECT 1 {gets[0]}, ISNULL(doc) {gets[1]}")
+    assert gets[1] >= gets[0] + 2 * mine[0].rows, gets  # most of its rows hold four pages of document
+    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.docs")[0]["Checksum"]
+    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.docs")[0]["Checksum"] == src
+
+
+async def _run_engine(sb: Sandbox, schema: str) -> tuple[list[Any], Any]:
+    probes: list[Any] = []
+    # Not adaptive: the table is in memory, so the controller would (rightly) back off.
+    opts = PrefetchOptions(connections=4, adaptive=False, min_lead_transactions=10, max_lead_transactions=400)
+    engine = await run_held(sb, schema, "SELECT * FROM docs WHERE id = 1 FOR UPDATE", opts, 256 << 20,
+                            lambda _engine, probe: probes.append(probe),
+                            lambda engine: engine.counters.probes_submitted >= 10)
+    return probes, engine.snapshot()

@@ -19,6 +19,12 @@ parent's indexes come from the same lookup statements use (``learn_table``),
 dropped when a DDL changes the parent. A parent's DELETE or key UPDATE reads
 the child's index; that side is not probed.
 
+Documents: the SQL thread's UPDATE or DELETE reads the whole record, its
+off-page BLOB and TEXT parts too, whatever the change names. On a table whose
+rows average half a page or more the clustered probe selects ``ISNULL(doc)``
+for those columns, which reads the same pages, and counts them in the lead's
+page budget (:func:`documents`).
+
 Where InnoDB buffers changes to non-unique secondary indexes
 (``buffer_changes``, mysql.changebuf: MySQL 8.0's default), the SQL thread
 does not read those leaves for the operations buffered, so neither does a

@@ -228,6 +228,7 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
                         _w_update_big_stmt),
     "update_doc": ("primary-key UPDATEs of rows holding a 24 KB document (off-page BLOB),"
                    " binlog_row_image=MINIMAL", _w_update_doc),
+    "update_doc_stmt": ("update_doc logged as statements (binlog_format=STATEMENT)", _w_update_doc),
     "insert_fk": ("INSERTs into a child table whose foreign key references a random row", _w_insert_fk),
     "insert_fk_stmt": ("insert_fk logged as statements (binlog_format=STATEMENT)", _w_insert_fk),
 }
@@ -240,8 +241,9 @@ PREPARE = {"insert_fk": (f"DROP TABLE IF EXISTS {CHILD}", CHILD_DDL),
 # logged without their documents, as binlog sizes make DBAs set them.
 SESSION = {"update_doc": ("SET SESSION binlog_row_image = 'MINIMAL'",)}
 # The source session's binlog_format per workload (the server's, ROW, otherwise).
-BINLOG_FORMAT = {"update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED", "update_k_stmt": "STATEMENT",
-                 "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT", "insert_fk_stmt": "STATEMENT"}
+BINLOG_FORMAT = {"update_doc_stmt": "STATEMENT", "update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED",
+                 "update_k_stmt": "STATEMENT", "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT",
+                 "insert_fk_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

@@ -10,6 +10,7 @@ import pytest
 from test_rewrite_sql import ACCEPTED, REFUSED
 
 from lagd.prefetch.fingerprint import SCAN_C, StatementBatcher, build_template, fingerprint, fingerprint_py
+from lagd.prefetch.inserts import TableKeys
 from lagd.prefetch.rewrite_sql import rewrite_statement_sql
 from lagd.relaylog import Statement
 
@@ -168,6 +169,34 @@ def test_shapes_that_cannot_be_merged_are_probed_one_by_one(sql: str) -> None:
     direct = rewrite_statement_sql(sql, "s").probe
     assert direct is not None
     assert [(p.sql, p.rows, p.source_time) for p in probes] == [(direct.sql, 1, 3)]
+
+
+def test_one_table_probes_of_a_document_table_select_isnull_of_its_documents() -> None:
+    """Not SELECT *, which sends the documents (up to 256 of them a probe) for lagd to
+    count: ISNULL reads the same pages. Direct, templated and batched probes alike, once
+    the table is known, and only where the probe reads its table alone."""
+    known: dict[tuple[str, str], TableKeys] = {}
+    tables = SimpleNamespace(seen=lambda *a: None, described=lambda s, t: known.get((s, t)),
+                             wants=lambda s: True)
+    b = StatementBatcher(2, tables=tables)  # type: ignore[arg-type]
+
+    def sqls(*statements: str) -> list[str]:
+        return [p.sql for sql in statements for p in b.add(Statement("s", sql, 0, 0))[0]]
+
+    assert sqls("UPDATE t SET c = 1 WHERE id = 1") == ["SELECT * FROM `s`.t WHERE id = 1 LIMIT 256"]
+    known[("s", "t")] = TableKeys(("id", "doc"), (None,) * 2, (), frozenset({"id"}), (), "ISNULL(`doc`)")
+    known[("s", "u")] = TableKeys(("id",), (None,), (), frozenset({"id"}), (), "*")
+    assert sqls("UPDATE t SET c = 2 WHERE id = 2", "UPDATE t SET c = 3 WHERE id = 3",  # templated, batched
+                "DELETE FROM t WHERE k > 5",  # direct (first seen)
+                "DELETE FROM t WHERE k > 6",  # templated
+                "UPDATE t JOIN u USING (id) SET t.c = 1 WHERE u.id = 4",  # two tables: as it was
+                "DELETE FROM u WHERE id > 7") == [  # no document
+        "SELECT ISNULL(`doc`) FROM `s`.t WHERE id IN (2, 3) LIMIT 256",
+        "SELECT ISNULL(`doc`) FROM `s`.t WHERE k > 5 LIMIT 256",
+        "SELECT ISNULL(`doc`) FROM `s`.t WHERE k > 6 LIMIT 256",
+        "SELECT * FROM `s`.t JOIN `s`.u USING (id) WHERE u.id = 4 LIMIT 256",
+        "SELECT * FROM `s`.u WHERE id > 7 LIMIT 256",
+    ]
 
 
 def test_the_default_schema_is_part_of_the_shape() -> None:

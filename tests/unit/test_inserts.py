@@ -50,6 +50,18 @@ def test_table_keys_classes_and_indexes() -> None:
     no_pk = table_keys(*info_rows([("a", "int"), ("b", "int")], [("u", ("a",), True), ("k", ("b",), False)]))
     assert no_pk is not None and [ix.name for ix in no_pk.indexes] == ["u"]  # k's entries: a range
     assert table_keys([], []) is None  # not visible to lagd, or gone
+    assert SB_KEYS.select == "*" and ACCOUNTS_KEYS.select == "ISNULL(`note`)"
+
+
+@pytest.mark.parametrize(("column_type", "select"), [
+    ("mediumblob", "ISNULL(`d`)"), ("longtext", "ISNULL(`d`)"), ("json", "ISNULL(`d`)"),
+    ("point", "ISNULL(`d`)"), ("tinytext", "*"),  # 255 bytes at most: always on the row's page
+    ("varchar(4000)", "*"), ("int(11)", "*"),
+])
+def test_a_statement_probe_of_a_table_with_documents_selects_isnull_of_each(column_type: str,
+                                                                              select: str) -> None:
+    keys = table_keys(*info_rows([("id", "int(11)"), ("d", column_type)], [("PRIMARY", ("id",), True)]))
+    assert keys is not None and keys.select == select
 
 
 def test_text_in_another_character_set_is_converted_in_the_probe() -> None:

@@ -269,3 +269,15 @@ def test_statement_event_carries_its_time() -> None:
 def test_an_updates_assigned_columns_come_with_its_rewrite(sql: str, sets: set[str]) -> None:
     verdict = rewrite_statement_sql(sql, "s")
     assert verdict.probe is not None and verdict.sets == sets
+
+
+# Whether the probe reads its first table alone, so that a column name alone in its select
+# list is that table's (fingerprint.StatementBatcher narrows such probes of document tables).
+_SEVERAL = {"update-join", "update-comma-other-schema", "delete-multi-from", "delete-multi-using",
+            "delete-alias-left-join", "with-cte"}
+
+
+@pytest.mark.parametrize(("name", "sql"), [a[:2] for a in ACCEPTED], ids=[a[0] for a in ACCEPTED])
+def test_a_rewrite_says_whether_it_reads_one_table(name: str, sql: str) -> None:
+    verdict = rewrite_statement_sql(sql, "s")
+    assert verdict.probe is not None and verdict.one_table is (name not in _SEVERAL)

@@ -31,7 +31,9 @@ shape and cached with it: none of them depend on a literal's value.
 A shape whose SELECT is ``SELECT * FROM <one table> WHERE <col> = ?`` (or ``IN
 (...)``) is batched like row probes: the values of up to ``max_keys``
 statements go into one ``<col> IN (...)``. ``Probe.rows`` counts the
-statements a probe covers.
+statements a probe covers. A one-table probe of a table with documents (BLOB,
+TEXT, JSON, spatial) selects ``ISNULL`` of each instead of ``*`` once the
+table is known (the same pages read, a byte a column sent).
 
 Every statement it probes is also reported to ``tables.seen`` with the
 columns its SET list assigns, or as a DELETE (once per shape, from the same
@@ -80,6 +82,7 @@ _MARK = r"(?:'~lagd:\d+~'|97531\d{5}86420)"
 _BATCHABLE = re.compile(
     rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<col>{_NAME}(?:\.{_NAME})*)"
     rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*(?P<limit>LIMIT \d+)?", re.I | re.S)
+_STAR = "SELECT * FROM "  # how a one-table statement probe starts (rewrite_sql._splice)
 _CACHE_LIMIT = 4096  # shapes; a stream of one-off shapes must not grow memory without end
 
 
@@ -169,6 +172,7 @@ class Template:
     sets: frozenset[str] = frozenset()  # the columns an UPDATE assigns (StatementRewrite.sets)
     deletes: bool = False  # a DELETE (StatementRewrite.deletes)
     plan: str | None = None  # the shape's name for the pool's plan check (Probe.plan)
+    one_table: bool = False  # its select list may name the table's columns (StatementRewrite)
 
     def bind(self, lits: tuple[str, ...]) -> str:
         parts = self.parts
@@ -215,7 +219,7 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
         if direct.probe is None and via.probe is None and direct.skipped == via.skipped:
             return Template(direct)
         return _UNVERIFIED
-    if via.sets != direct.sets or via.deletes != direct.deletes:
+    if (via.sets, via.deletes, via.one_table) != (direct.sets, direct.deletes, direct.one_table):
         return _UNVERIFIED
     text = via.probe.sql
     parts: list[str] = []
@@ -232,7 +236,8 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
         batch_head = f"SELECT * FROM {b.group('refs')} WHERE {b.group('col')} IN ("
     tail = f") {b.group('limit')}" if b is not None and b.group("limit") else ")"
     t = Template(None, tuple(parts), tuple(slots), via.probe.schema, via.probe.table, batch_head, tail,
-                 batch_head is not None and "," in lits[slots[0]], sets=via.sets, deletes=via.deletes)
+                 batch_head is not None and "," in lits[slots[0]], sets=via.sets, deletes=via.deletes,
+                 one_table=via.one_table)
     if t.bind(lits) != direct.probe.sql or (t.schema, t.table) != (direct.probe.schema,
                                                                    direct.probe.table):
         return _UNVERIFIED
@@ -290,7 +295,8 @@ class StatementBatcher:
         self.tables.seen(t.schema, t.table, t.sets, 1, t.deletes)
         self.stats["templated"] += 1
         if t.batch_head is None:
-            return [Probe(t.bind(lits), (), t.schema, t.table, None, 1, "statement", covering=False,
+            sql = self._narrowed(t.bind(lits), t.one_table, t.schema, t.table)
+            return [Probe(sql, (), t.schema, t.table, None, 1, "statement", covering=False,
                           source_time=stmt.header_time, plan=t.plan)], None
         values = self._waiting.get(t)
         if values is None:
@@ -333,8 +339,22 @@ class StatementBatcher:
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)
         when = self._times.pop(t, None)
-        return Probe(f"{t.batch_head}{', '.join(values)}{t.batch_tail}", (), t.schema, t.table, None,
-                     sum(values.values()), "statement", covering=False, source_time=when, plan=t.plan)
+        sql = self._narrowed(f"{t.batch_head}{', '.join(values)}{t.batch_tail}", t.one_table, t.schema,
+                             t.table)
+        return Probe(sql, (), t.schema, t.table, None, sum(values.values()), "statement", covering=False,
+                     source_time=when, plan=t.plan)
+
+    def _narrowed(self, sql: str, one_table: bool, schema: str, table: str) -> str:
+        """A one-table probe of a table with documents selects ISNULL of each instead of
+        ``*`` (inserts.TableKeys.select), once the table is known: the server reads the
+        same pages (the statement's UPDATE or DELETE reads the whole record too) and
+        sends a byte a column, not up to STATEMENT_ROWS documents."""
+        if not one_table or not sql.startswith(_STAR):
+            return sql
+        keys = self.tables.described(schema, table)
+        if keys is None or keys.select == "*":
+            return sql
+        return f"SELECT {keys.select} FROM {sql[len(_STAR):]}"
 
     def _direct(self, stmt: Statement, plan: str | None = None
                 ) -> tuple[list[Probe], StatementRewrite | None]:
@@ -347,7 +367,8 @@ class StatementBatcher:
         if not self.wants(p.schema):
             return [], _excluded(p.schema)
         self.tables.seen(p.schema, p.table, verdict.sets, 1, verdict.deletes)
-        return [Probe(p.sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
+        sql = self._narrowed(p.sql, verdict.one_table, p.schema, p.table)
+        return [Probe(sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
                       p.source_time, plan or f"{stmt.schema or ''}\0{stmt.sql}")], None
 
 

@@ -46,7 +46,7 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, converted, quote_ident
+from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, converted, document_select, quote_ident
 from lagd.relaylog.events import ForeignKey
 from lagd.relaylog.schema import btree_indexes, foreign_keys
 
@@ -62,6 +62,11 @@ _NUMBER = re.compile(r"-?(?:\d{1,65}\.?\d{0,38}|\.\d{1,38})")
 _INT_TYPES = ("tinyint", "smallint", "mediumint", "int", "bigint")
 _NUM_TYPES = ("decimal", "float", "double")
 _TEXT_TYPES = ("char", "varchar")
+_DOCUMENT_TYPES = frozenset({
+    "blob", "mediumblob", "longblob", "text", "mediumtext", "longtext", "json", "geometry", "point",
+    "linestring", "polygon", "multipoint", "multilinestring", "multipolygon", "geometrycollection",
+    "vector",
+})
 
 
 def is_insert(shape: str) -> bool:
@@ -159,6 +164,10 @@ class TableKeys:
     indexes: tuple[KeyIndex, ...]  # those a probe can name entries of
     indexed: frozenset[str]  # every column of any index: an UPDATE setting one moves an entry
     foreign: tuple[ForeignKey, ...] = ()  # its foreign keys (the child's side)
+    # What a one-table statement probe of it selects: ``*``, or where it has BLOB, TEXT,
+    # JSON or spatial columns ISNULL of each (rewrite_sql.document_select): the same
+    # pages read, a byte a column sent instead of the documents.
+    select: str = "*"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,8 +222,15 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
         quoted = [quote_ident(names[c]) for c in probed]
         indexes.append(KeyIndex(ix.name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})",
                                 ix.unique or ix.primary))
+    wide = [n for n, c in zip(spelled, cols, strict=True) if _document(str(c.get("COLUMN_TYPE") or ""))]
     return TableKeys(names, classes, tuple(indexes), frozenset(indexed),
-                     tuple(foreign_keys(fks, ordinal)))
+                     tuple(foreign_keys(fks, ordinal)), document_select(wide) if wide else "*")
+
+
+def _document(column_type: str) -> bool:
+    """A column type whose values InnoDB may keep off the row's page."""
+    base = column_type.lower().split("(")[0].split()[0] if column_type.strip() else ""
+    return base in _DOCUMENT_TYPES
 
 
 def _class(column_type: str, charset: Any = None) -> str | None:

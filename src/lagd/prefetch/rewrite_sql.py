@@ -25,7 +25,7 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import Any
+from typing import Any, NamedTuple
 
 import sqlglot
 from sqlglot import exp
@@ -163,6 +163,9 @@ class StatementRewrite:
     sets: frozenset[str] = frozenset()
     # A DELETE: purge will remove its rows' entries from every index (ProbeBatcher.deletes).
     deletes: bool = False
+    # The probe reads one table alone (``SELECT * FROM t ...``: no join, derived table or
+    # WITH), so a column name alone in its select list is that table's (fingerprint).
+    one_table: bool = False
 
 
 def _words(text: str) -> frozenset[str]:
@@ -243,22 +246,30 @@ def rewrite_statement_sql(
     done = _rewrite_cached(sql, schema)
     if isinstance(done, StatementRewrite):
         return done
-    select, table_schema, table, sets, deletes = done
-    probe = Probe(select, (), table_schema, table, None, 0, "statement", covering=False,
+    probe = Probe(done.select, (), done.schema, done.table, None, 0, "statement", covering=False,
                   source_time=source_time)
     return StatementRewrite(probe, None, f"rewritten as the SELECT of the rows it touches in "
-                                         f"{table_schema}.{table}", sets, deletes)
+                                         f"{done.schema}.{done.table}", done.sets, done.deletes,
+                            done.one_table)
+
+
+class _Rewritten(NamedTuple):
+    select: str
+    schema: str
+    table: str
+    sets: frozenset[str]
+    deletes: bool
+    one_table: bool
 
 
 @functools.lru_cache(maxsize=512)
-def _rewrite_cached(sql: str, schema: str | None
-                    ) -> tuple[str, str, str, frozenset[str], bool] | StatementRewrite:
+def _rewrite_cached(sql: str, schema: str | None) -> _Rewritten | StatementRewrite:
     # Statement-based logs repeat texts (purge jobs, counters); parsing costs ~0.2-0.5 ms.
     try:
-        select, table_schema, table, sets, deletes = _rewrite(sql, schema)
+        done = _rewrite(sql, schema)
     except _Refused as no:
         return StatementRewrite(None, no.skipped, no.reason)
-    return select.replace("%", "%%"), table_schema, table, sets, deletes
+    return done._replace(select=done.select.replace("%", "%%"))
 
 
 def _tokens(sql: str) -> list[Token]:
@@ -268,7 +279,7 @@ def _tokens(sql: str) -> list[Token]:
         raise _Refused("unparsable_statement", f"cannot tokenize: {exc}") from None
 
 
-def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str, frozenset[str], bool]:
+def _rewrite(sql: str, schema: str | None) -> _Rewritten:
     try:
         sql.encode("utf-8")
     except UnicodeEncodeError:
@@ -319,11 +330,14 @@ def _rewrite(sql: str, schema: str | None) -> tuple[str, str, str, frozenset[str
     # What runs is only the kept text (plus qualifiers): check its tokens, not the SET list's.
     _check_kept([t for t in toks if any(a <= t.start < b for a, b in spans)])
     select, first = _splice(sql, tree, spans, schema)
+    target = tree.this
+    one = (not tree.args.get("with_") and isinstance(target, exp.Table) and not target.args.get("joins")
+           and not tree.args.get("tables") and not tree.args.get("using"))
     if not tree.args.get("limit"):  # its own LIMIT (single-table UPDATE/DELETE) is the statement's bound
         select += f" LIMIT {STATEMENT_ROWS}"
     if word == "UPDATE":
-        return select, first[0], first[1], _assigned(tree), False
-    return select, first[0], first[1], frozenset(), True
+        return _Rewritten(select, first[0], first[1], _assigned(tree), False, one)
+    return _Rewritten(select, first[0], first[1], frozenset(), True, one)
 
 
 def _assigned(tree: exp.Expr) -> frozenset[str]:

@@ -23,8 +23,8 @@ no escaping in lagd, no parse in the server, which shares the replica's
 cores with the SQL thread (bench_drivers, 16-key probes: client CPU 57 -> 40
 µs a probe, the server's 123 -> 100). Statement probes carry their values in
 their text, each text a one-off: they stay plain queries, or every probe
-would cost a prepare and a close. Their rows (``SELECT *``, up to
-``rewrite_sql.STATEMENT_ROWS``) are counted as they stream in, none kept
+would cost a prepare and a close. Their rows (``SELECT *``, or ISNULL of a
+table's documents, up to ``rewrite_sql.STATEMENT_ROWS``) are counted as they stream in, none kept
 (``_count_rows``), and a statement shape whose plan reads a whole table is not
 probed at all (``lagd.mysql.plan``).
 """

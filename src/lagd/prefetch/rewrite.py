@@ -92,7 +92,7 @@ _PLAN_CACHE = 4096  # table definitions; a DDL storm must not grow memory withou
 
 # B-tree indexes need a prefix on these; one without is FULLTEXT, SPATIAL or
 # MariaDB's hash-based long UNIQUE, which FORCE INDEX cannot use for lookups.
-# They are also the columns InnoDB may keep off the row's page (documents_select).
+# They are also the columns InnoDB may keep off the row's page (:func:`documents`).
 _UNINDEXABLE = frozenset({"blob", "tiny_blob", "medium_blob", "long_blob", "geometry", "json",
                           "vector"})
 _SYNTHETIC_NAME = re.compile(r"@\d+")
@@ -158,10 +158,11 @@ def documents(table: TableInfo) -> tuple[str, int]:
     the row costs. Where the table's rows average half a page or more
     (information_schema's AVG_ROW_LENGTH, off-page parts included) such
     columns are selected, and the probe counts ``1 + AVG_ROW_LENGTH / page``
-    pages a row (at least 2) in the lead's page budget (control.step), so that the
-    documents warmed are not evicted before the SQL thread reads them. Rows
-    that small keep their documents in line, and so does a table whose size
-    is not known (no information_schema): ``SELECT 1``, one page a row.
+    pages a row (at least 2) in the lead's page budget (control.step), so
+    that the documents warmed are not evicted before the SQL thread reads
+    them. Smaller rows keep their documents in line as a rule; they, and a
+    table whose size is not known (no information_schema), are probed with
+    ``SELECT 1``, one page a row.
     """
     wide = [c.name for c in table.columns if c.type_name in _UNINDEXABLE]
     if not wide or table.row_bytes is None or table.row_bytes * 2 < PAGE_BYTES:

@@ -17,6 +17,7 @@ from lagd.mysql.changebuf import DELETE_MARKS, INSERTS
 from lagd.prefetch.inserts import table_keys
 from lagd.prefetch.rewrite import (
     APPEND_SPAN,
+    PROBE_PAGES,
     PURGED_ENTRIES,
     PrefetchConfigError,
     Probe,
@@ -756,3 +757,12 @@ def test_a_document_tables_clustered_probes_read_its_documents_and_count_their_p
             assert p.sql.startswith("SELECT 1 FROM") and p.pages == 0
     plain = probes_for(RowChange(replace(DOCS, row_bytes=None), U, (1, 10), (1, 10)))
     assert [(p.sql.split(" FROM")[0], p.pages) for p in plain] == [("SELECT 1", 0)]
+
+
+def test_a_probe_of_rows_with_large_documents_reads_at_most_probe_pages() -> None:
+    """1 MB documents: 65 pages a row, so 3 rows a probe (256 pages at most), which a
+    disk of 2 ms a read still answers within the statement timeout."""
+    big = replace(DOCS, row_bytes=1 << 20)
+    got = probes_for(*(RowChange(big, U, (i, 10), (i, 10)) for i in range(1, 6)))
+    assert PROBE_PAGES == 256
+    assert [(p.rows, p.pages) for p in got if p.kind == "pk"] == [(3, 195), (2, 130)]

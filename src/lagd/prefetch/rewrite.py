@@ -88,6 +88,9 @@ DEFAULT_MAX_KEYS = 16
 # MariaDB turns an IN list of 1000+ values into a subquery over a table value
 # constructor (in_predicate_conversion_threshold), which changes the plan.
 MAX_KEYS_LIMIT = 999
+# The most pages one probe of rows with documents reads (4 MB): its keys are cut to fit,
+# so that on a disk of 2 ms a read it still ends within the 500-ms statement timeout.
+PROBE_PAGES = 256
 _PLAN_CACHE = 4096  # table definitions; a DDL storm must not grow memory without end
 
 # B-tree indexes need a prefix on these; one without is FULLTEXT, SPATIAL or
@@ -173,12 +176,13 @@ def documents(table: TableInfo) -> tuple[str, int]:
 class _IndexPlan:
     """One index of one table: slots, getters and batches, precomputed."""
 
-    __slots__ = ("batch", "change", "covering", "ext_columns", "ext_convert", "ext_slots", "get", "kind",
-                 "masked", "name", "row_pages", "select", "table", "text", "top")
+    __slots__ = ("batch", "change", "covering", "ext_columns", "ext_convert", "ext_slots", "get", "keys_cap",
+                 "kind", "masked", "name", "row_pages", "select", "table", "text", "top")
 
     def __init__(self, table: TableInfo, index: Index, kind: str, key: Index) -> None:
         self.table, self.name, self.kind = table, index.name, kind
         self.select, self.row_pages = documents(table) if kind == "pk" else ("1", 1)
+        self.keys_cap = max(1, PROBE_PAGES // self.row_pages) if self.row_pages > 1 else MAX_KEYS_LIMIT
         # A prefix index holds only the start of the value: the server must read the row.
         self.covering = kind == "pk" or not any(p is not None for p in index.prefix_lengths)
         ordinals = list(index.columns)
@@ -210,11 +214,12 @@ class _ParentPlan:
     """One foreign key's look-up in its parent (inserts.ParentKey): the batch, and the
     getter of the child's values in the parent index's column order."""
 
-    __slots__ = ("batch", "covering", "get", "keys", "kind", "name", "row_pages", "select", "table", "text")
+    __slots__ = ("batch", "covering", "get", "keys", "keys_cap", "kind", "name", "row_pages", "select",
+                 "table", "text")
 
     def __init__(self, ref: ParentKey, keys: TableKeys, child: TableInfo) -> None:
         self.keys = keys  # the parent as learnt: a new learning (DDL) makes a new plan
-        self.select, self.row_pages = "1", 1  # InnoDB's check reads the parent's key alone
+        self.select, self.row_pages, self.keys_cap = "1", 1, MAX_KEYS_LIMIT  # the check reads the key alone
         self.table = _Parent(ref.schema, ref.table)
         self.name, self.kind, self.covering = ref.index.name, _PARENT, True
         self.get = itemgetter(*(child.slot(c) for c in ref.columns))
@@ -573,7 +578,7 @@ class ProbeBatcher:
             return
         if n == 0:
             self._waiting[batch] = None
-        if n + 1 >= self.max_keys:
+        if n + 1 >= self.max_keys or n + 1 >= batch.plan.keys_cap:
             probe = self._emit(batch)
             if probe is not None:
                 out.append(probe)

@@ -23,6 +23,7 @@ from typing import Any
 from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
 from tests.integration.engine_util import run_held
+from tests.integration.test_prefetch_statements import write
 from tests.integration.test_relaylog_sandbox import wait_received
 
 ROWS = 300
@@ -34,18 +35,8 @@ def _requests(sb: Sandbox) -> int:
 
 
 def _write(sb: Sandbox, schema: str, statements: list[str], fmt: str = "ROW") -> None:
-    conn = sb.source.connect(schema, autocommit=False)
-    try:
-        with conn.cursor() as cur:
-            cur.execute(f"SET SESSION binlog_format = '{fmt}'")
-            cur.execute("SET SESSION binlog_row_image = 'MINIMAL'")  # the documents are not logged
-            for i, sql in enumerate(statements):
-                cur.execute(sql)
-                if i % 10 == 9:
-                    conn.commit()
-        conn.commit()
-    finally:
-        conn.close()
+    # The documents are not logged (MINIMAL), as DBAs set it for such tables.
+    write(sb, schema, fmt, statements, ("SET SESSION binlog_row_image = 'MINIMAL'",))
 
 
 def _table(sb: Sandbox, schema: str) -> None:

@@ -30,11 +30,14 @@ from tests.integration.test_relaylog_sandbox import wait_received
 ROWS = 5000
 
 
-def write(sb: Sandbox, schema: str, fmt: str, statements: list[str]) -> None:
+def write(sb: Sandbox, schema: str, fmt: str, statements: list[str], settings: tuple[str, ...] = ()) -> None:
+    """``statements`` on the source, logged in ``fmt`` after ``settings``, 5 a transaction."""
     conn = sb.source.connect(schema, autocommit=False)
     try:
         with conn.cursor() as cur:
             cur.execute(f"SET SESSION binlog_format = '{fmt}'")
+            for sql in settings:
+                cur.execute(sql)
             for i, sql in enumerate(statements):
                 cur.execute(sql)
                 if i % 5 == 4:

@@ -34,6 +34,21 @@ def _requests(sb: Sandbox) -> int:
     return int(sb.replica().query("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")[0]["Value"])
 
 
+def _read(sb: Sandbox, sql: str, params: Any = None) -> tuple[int, list[dict[str, Any]]]:
+    """The page requests of one SELECT on the replica, and its rows. The count is
+    InnoDB's global one, which the server's own work (a statistics recalculation
+    after the writes, purge) adds to now and then: the least of three readings of
+    the same SELECT, which requests the same pages each time (hits count too)."""
+    least, rows = None, []
+    for _ in range(3):
+        before = _requests(sb)
+        rows = sb.replica().query(sql, params)
+        got = _requests(sb) - before
+        least = got if least is None else min(least, got)
+    assert least is not None
+    return least, rows
+
+
 def _write(sb: Sandbox, schema: str, statements: list[str], fmt: str = "ROW") -> None:
     # The documents are not logged (MINIMAL), as DBAs set it for such tables.
     write(sb, schema, fmt, statements, ("SET SESSION binlog_row_image = 'MINIMAL'",))
@@ -41,8 +56,10 @@ def _write(sb: Sandbox, schema: str, statements: list[str], fmt: str = "ROW") ->
 
 def _table(sb: Sandbox, schema: str) -> None:
     # Even ids hold a 64 KB document, odd ones a short one that stays on the row's page.
+    # No automatic statistics recalculation: it reads the table's pages in the background
+    # after the writes, into the global count the tests read (900 requests once in CI).
     sb.source.query(f"CREATE TABLE `{schema}`.docs (id INT PRIMARY KEY, c INT NOT NULL,"
-                    " doc MEDIUMBLOB NOT NULL)")
+                    " doc MEDIUMBLOB NOT NULL) STATS_AUTO_RECALC=0")
     sb.source.query(f"INSERT INTO `{schema}`.docs SELECT seq, 0,"
                     f" IF(seq % 2 = 0, REPEAT(MD5(seq), {DOC_BYTES // 32}), 'short') FROM seq_1_to_{ROWS}",
                     db=schema)
@@ -95,11 +112,9 @@ def test_clustered_probes_of_a_document_table_read_the_documents(sandbox: Sandbo
     # rows averaging 32 KB or more: the leaf and at least two pages of documents a row
     assert all(p.pages >= 3 * p.rows for p in mine), [(p.rows, p.pages) for p in mine]
     gets = []
-    for select in ("1", "ISNULL(`doc`)"):  # the same rows, read once each way, as the probe does
+    for select in ("1", "ISNULL(`doc`)"):  # the same rows, read each way, as the probe does
         sql = mine[0].sql.replace("SELECT ISNULL(`doc`)", f"SELECT {select}", 1)
-        before = _requests(sb)
-        sb.replica().query(sql, mine[0].params)
-        gets.append(_requests(sb) - before)
+        gets.append(_read(sb, sql, mine[0].params)[0])
     print(f"page requests of a probe of {mine[0].rows} rows: SELECT 1 {gets[0]}, ISNULL(doc) {gets[1]}")
     assert gets[1] >= gets[0] + 2 * mine[0].rows, gets  # most of its rows hold four pages of document
     src = sb.source.query(f"CHECKSUM TABLE `{schema}`.docs")[0]["Checksum"]
@@ -146,10 +161,9 @@ def test_statement_probes_of_a_document_table_read_the_documents_and_send_a_byte
     batched = next(sql for sql in narrow if " IN (" in sql).replace("%%", "%")
     star = batched.replace("SELECT ISNULL(`doc`)", "SELECT *", 1)
     found = []
-    for sql in (star, batched):  # the same rows: read once each way
-        before = _requests(sb)
-        rows = sb.replica().query(sql)
-        found.append((_requests(sb) - before, sum(len(str(v)) for r in rows for v in r.values())))
+    for sql in (star, batched):  # the same rows, read each way
+        gets, rows = _read(sb, sql)
+        found.append((gets, sum(len(str(v)) for r in rows for v in r.values())))
     print(f"page requests and bytes of {batched!r}: SELECT * {found[0]}, ISNULL {found[1]}")
     assert abs(found[0][0] - found[1][0]) <= 2 and found[1][1] * 1000 < found[0][1], found
     src = sb.source.query(f"CHECKSUM TABLE `{schema}`.docs")[0]["Checksum"]

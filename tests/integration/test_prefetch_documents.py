@@ -73,15 +73,18 @@ def test_the_sql_threads_row_update_reads_the_rows_documents(sandbox: Sandbox, s
     short document is in line."""
     sb = sandbox
     _table(sb, schema)
-    costs = {}
-    for name, parity in (("in line", 1), ("off-page", 0)):
-        sb.stop_sql_thread()
-        _write(sb, schema, [f"UPDATE docs SET c = c + 1 WHERE id = {2 * i + 2 - parity}" for i in range(50)])
-        wait_received(sb)
-        before = _requests(sb)
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
-        costs[name] = _requests(sb) - before
+    costs: dict[str, int] = {}
+    for _ in range(3):  # the least of three applies each, alternated: purge adds to the count now and then
+        for name, parity in (("in line", 1), ("off-page", 0)):
+            sb.stop_sql_thread()
+            ids = [2 * i + 2 - parity for i in range(50)]
+            _write(sb, schema, [f"UPDATE docs SET c = c + 1 WHERE id = {i}" for i in ids])
+            wait_received(sb)
+            before = _requests(sb)
+            sb.start_sql_thread()
+            sb.wait_caught_up(timeout=60)
+            got = _requests(sb) - before
+            costs[name] = min(costs.get(name, got), got)
     print("page requests of the SQL thread for 50 row UPDATEs:", costs)
     assert costs["off-page"] - costs["in line"] >= 50 * 3, costs
 

@@ -227,15 +227,19 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
                      tuple(foreign_keys(fks, ordinal)), document_select(wide) if wide else "*")
 
 
+def _base_type(column_type: str) -> str:
+    """``int`` of information_schema's ``int(11) unsigned``; "" for an empty type."""
+    return column_type.lower().split("(")[0].split()[0] if column_type.strip() else ""
+
+
 def _document(column_type: str) -> bool:
     """A column type whose values InnoDB may keep off the row's page."""
-    base = column_type.lower().split("(")[0].split()[0] if column_type.strip() else ""
-    return base in _DOCUMENT_TYPES
+    return _base_type(column_type) in _DOCUMENT_TYPES
 
 
 def _class(column_type: str, charset: Any = None) -> str | None:
     """"int", "num", "text", or "text:<charset>" for text a probe converts (rewrite_sql.converted)."""
-    base = column_type.lower().split("(")[0].split()[0] if column_type.strip() else ""
+    base = _base_type(column_type)
     if base in _INT_TYPES:
         return "int"
     if base in _NUM_TYPES:

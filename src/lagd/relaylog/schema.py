@@ -240,10 +240,8 @@ class InformationSchemaResolver(TableMapResolver):
         self._failed_in_a_row = 0
         with self._lock:
             self._cache[key] = (cols, stats, fks)
-            if avg is not None:
+            if avg is not None:  # else unknown: invalidate dropped any older reading with the rows
                 self._row_bytes[key] = int(avg)
-            else:
-                self._row_bytes.pop(key, None)
         return cols, stats, fks
 
     def describe(self, schema: str, table: str) -> tuple[Rows, Rows, Rows] | None:

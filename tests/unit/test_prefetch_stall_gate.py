@@ -776,8 +776,9 @@ def test_a_try_on_changes_that_leave_purge_entries_stops_at_its_first_rows(
     if g is not gate:
         pct = round(100 * (moving + deletes) / rows)
         assert f"{pct}% of the row changes ahead leave index entries for purge" in g.reason
-        # what the DBA reads is the cause of the kind that dominates
+        # what the DBA reads is the cause of the kind that dominates, and the kinds counted
         assert ("tree latch" in g.reason) == (moving >= deletes), g.reason
+        assert ("UPDATEs of a key" in g.reason) == (moving > 0) and ("DELETEs)" in g.reason) == (deletes > 0)
         assert g.fails == gate.fails + 1 and g.rate_before is None
 
 

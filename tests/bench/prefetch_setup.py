@@ -211,10 +211,10 @@ def _w_oltp_write(cur: Any, ids: Ids) -> int:
 
 
 def _w_update_range(cur: Any, ids: Ids) -> int:
-    # An UPDATE of 10 consecutive rows (even ids: 20 ids apart), as a job touching a
-    # customer's recent rows writes it: one statement, one or two leaf pages.
-    # Blocks of 20 ids, every other one free: the range's next-key lock falls in a free
-    # block, never on another writing thread's rows.
+    # An UPDATE of 10 consecutive rows (the even ids lo to lo + 18), as a job touching a
+    # customer's recent rows writes it: one statement, one or two leaf pages. Blocks of
+    # 20 ids, every other one left alone: the range's next-key lock falls in a free block,
+    # never on another writing thread's rows.
     lo = 40 * (ids.workers * ids.rng.randint(0, ids.n // (20 * ids.workers) - 1) + ids.worker) + 2
     cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id BETWEEN %s AND %s",
                 (f"r{ids.rng.random():.12f}", lo, lo + 18))

@@ -352,10 +352,21 @@ def event_time_lag(
     return Measurement(0.0, "applied everything received; both threads running", 0.0)
 
 
-def sbm_lag(status: ReplicaStatus | None) -> Measurement:
-    """Seconds_Behind_Master / Seconds_Behind_Source as the server reports it; NULL stays None."""
+def sbm_lag(status: ReplicaStatus | None, *, unmoved_since_start: bool = False) -> Measurement:
+    """Seconds_Behind_Master / Seconds_Behind_Source as the server reports it; NULL stays None.
+
+    ``unmoved_since_start``: the SQL thread has not applied anything since it (or its
+    server) started. The server counts the lag from the last event it applied, and
+    before the first it reports 0 whatever waits: MariaDB 10.11, a replica killed and
+    restarted with 372 transactions received and not applied, reported 0 for its first
+    readings (tests/faults/test_replica_process.py). A 0 then, with the executed position
+    behind the read one, is not 0 but unknown."""
     if status is None:
         return Measurement(None, "no replica status")
+    if unmoved_since_start and status.seconds_behind == 0 and status.sql_running \
+            and not _caught_up_by_position(status):
+        return Measurement(None, "server reports 0 before its SQL thread has applied anything since it"
+                                 " started, with transactions received and not applied: not 0")
     if status.seconds_behind is None:
         if not status.sql_running:
             why = "the SQL thread is not running"
@@ -461,6 +472,10 @@ class LagTracker:
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
         self._offset = ClockOffsetEstimator(offset_window)
+        # Where the SQL thread was when it was first seen running (after a start, a restart
+        # or an unknown spell), and whether it has moved since (sbm_lag).
+        self._start_position: tuple[str, int] | None = None
+        self._moved_since_start = False
 
     def _reading(
         self, method: LagMethod, m: Measurement, inputs: LagInputs, configured: bool
@@ -538,6 +553,18 @@ class LagTracker:
         )
         return rates, stalled
 
+    def _unmoved_since_start(self, st: ReplicaStatus | None) -> bool:
+        """The SQL thread runs and has applied nothing since it was first seen running."""
+        if st is None or not st.sql_running:
+            self._start_position, self._moved_since_start = None, False
+            return False
+        pos = (st.relay_source_log_file, st.exec_source_log_pos)
+        if self._start_position is None:
+            self._start_position = pos
+        elif pos != self._start_position:
+            self._moved_since_start = True
+        return not self._moved_since_start
+
     def update(self, inputs: LagInputs) -> LagReading:
         if self._first_mono is None:
             self._first_mono = inputs.monotonic
@@ -556,7 +583,7 @@ class LagTracker:
                 "the writer on the source is not running, or the network stalls",
             )
         ev = event_time_lag(now, st, inputs.applying_commit_time, inputs.backlog)
-        sb = sbm_lag(st)
+        sb = sbm_lag(st, unmoved_since_start=self._unmoved_since_start(st))
         hb_configured = inputs.heartbeat is not None or inputs.heartbeat_error is not None
         readings = (
             self._reading(LagMethod.HEARTBEAT, hb, inputs, hb_configured),

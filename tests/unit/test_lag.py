@@ -322,6 +322,41 @@ def test_sbm_null_stays_missing(st: ReplicaStatus | None, want: float | None, re
     assert reason_has in m.reason
 
 
+BEHIND = dict(exec_source_log_pos=1_000)  # received up to 4,000, applied up to 1,000
+
+UNMOVED_CASES = [
+    # (status, the SQL thread applied nothing since it started, want)
+    ("zero-behind-before-first-event", status(**BEHIND), True, None),
+    ("zero-behind-after-first-event", status(**BEHIND), False, 0.0),
+    ("zero-caught-up-before-first-event", status(), True, 0.0),
+    ("nonzero-before-first-event", status(seconds_behind=40, **BEHIND), True, 40.0),
+]
+
+
+@pytest.mark.parametrize(("st", "unmoved", "want"), [c[1:] for c in UNMOVED_CASES],
+                         ids=[c[0] for c in UNMOVED_CASES])
+def test_a_zero_before_the_sql_thread_applied_anything_is_not_zero(
+        st: ReplicaStatus, unmoved: bool, want: float | None) -> None:
+    """The server counts from the last event applied: before the first since a start it
+    says 0 whatever waits (MariaDB 10.11, a replica killed and restarted: the fault test)."""
+    m = sbm_lag(st, unmoved_since_start=unmoved)
+    assert m.seconds == want
+    if want is None:
+        assert "not 0" in m.reason
+
+
+def test_the_tracker_distrusts_sbm_zero_until_the_sql_thread_moves_after_a_restart() -> None:
+    """No heartbeat, no relay-log reader (backlog None): SBM is all there is. A restarted
+    replica's first readings say 0 with 3,000 bytes received and not applied: unknown
+    until its executed position moves, and again after the next spell without status."""
+    t = LagTracker()
+    zero_behind = status(**BEHIND)
+    moved = status(exec_source_log_pos=1_500)
+    lags = [t.update(inputs(i, status=st, backlog=None)).lag
+            for i, st in enumerate([zero_behind, zero_behind, moved, zero_behind, None, zero_behind])]
+    assert lags == [None, None, 0.0, 0.0, None, None]
+
+
 def test_primary_prefers_heartbeat_then_event_time_then_sbm() -> None:
     hb_ok, hb_missing = heartbeat_lag(NOW, hb_row(5)), heartbeat_lag(NOW, None, "no row for server_id 1")
     ev_ok, ev_missing = (

@@ -472,10 +472,12 @@ class LagTracker:
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
         self._offset = ClockOffsetEstimator(offset_window)
-        # Where the SQL thread was when it was first seen running (after a start, a restart
-        # or an unknown spell), and whether it has moved since (sbm_lag).
+        # Where the SQL thread was when it was seen running again after a spell without
+        # status or stopped (a restart this tracker saw), and whether it has moved since
+        # (sbm_lag). A first reading is no start seen: `lagctl status` asks once, and a
+        # busy replica's 0 with its executed position a few events behind is true there.
         self._start_position: tuple[str, int] | None = None
-        self._moved_since_start = False
+        self._moved_since_start = True
 
     def _reading(
         self, method: LagMethod, m: Measurement, inputs: LagInputs, configured: bool
@@ -554,7 +556,7 @@ class LagTracker:
         return rates, stalled
 
     def _unmoved_since_start(self, st: ReplicaStatus | None) -> bool:
-        """The SQL thread runs and has applied nothing since it was first seen running."""
+        """The SQL thread runs and has applied nothing since it was seen starting."""
         if st is None or not st.sql_running:
             self._start_position, self._moved_since_start = None, False
             return False

@@ -353,8 +353,11 @@ def test_the_tracker_distrusts_sbm_zero_until_the_sql_thread_moves_after_a_resta
     zero_behind = status(**BEHIND)
     moved = status(exec_source_log_pos=1_500)
     lags = [t.update(inputs(i, status=st, backlog=None)).lag
-            for i, st in enumerate([zero_behind, zero_behind, moved, zero_behind, None, zero_behind])]
-    assert lags == [None, None, 0.0, 0.0, None, None]
+            for i, st in enumerate([None, zero_behind, zero_behind, moved, zero_behind, None, zero_behind,
+                                    status(**SQL_STOPPED), zero_behind])]
+    assert lags == [None, None, None, 0.0, 0.0, None, None, None, None]
+    # A first reading is no restart seen (`lagctl status` asks once): the server's 0 stands.
+    assert LagTracker().update(inputs(0, status=zero_behind, backlog=None)).lag == 0.0
 
 
 def test_primary_prefers_heartbeat_then_event_time_then_sbm() -> None:

@@ -37,6 +37,7 @@ from typing import Any
 
 import pymysql
 
+from lagd.mysql.errors import ER_LOCK_DEADLOCK, ER_LOCK_WAIT_TIMEOUT
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 
 log = logging.getLogger("bench.setup")
@@ -311,7 +312,7 @@ def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, se
                     try:
                         made_now = fn(cur, ids)
                     except pymysql.err.OperationalError as e:
-                        if e.args[0] not in (1205, 1213):  # lock wait timeout, deadlock: try another
+                        if e.args[0] not in (ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK):  # try another
                             raise
                         conn.rollback()
                         continue

@@ -31,6 +31,7 @@ ER_KEY_DOES_NOT_EXIST: Final = 1176
 ER_TOO_MANY_USER_CONNECTIONS: Final = 1203  # the global max_user_connections
 ER_USER_LIMIT_REACHED: Final = 1226  # the account's MAX_USER_CONNECTIONS (and other resource limits)
 ER_LOCK_WAIT_TIMEOUT: Final = 1205
+ER_LOCK_DEADLOCK: Final = 1213  # InnoDB chose this transaction as a deadlock's victim
 ER_SPECIFIC_ACCESS_DENIED: Final = 1227
 ER_OPTION_PREVENTS_STATEMENT: Final = 1290  # --read-only / --super-read-only
 ER_CONNECTION_KILLED: Final = 1927  # MariaDB: KILL or shutdown ended the session

@@ -391,8 +391,10 @@ async def test_a_broken_relay_log_is_retried_and_the_status_still_served() -> No
     rt.relay_retry = 0.02
     f.relay.read_fail = RelayLogError("relay-bin.000007 at 5000: the file ended inside an event")
     rt.start()
-    await until(lambda: f.relay.locates >= 3, "three attempts")
-    assert rt.tail_off is not None and not rt.health["relay_log"].up
+    # The third locate succeeds and marks the reader up until its first read
+    # fails a moment later: wait for that failure, do not sample between.
+    await until(lambda: f.relay.locates >= 3 and rt.tail_off is not None and not rt.health["relay_log"].up,
+                "three failed attempts")
     # Without a reader the status alone decides, as lagctl's direct mode does.
     await until(lambda: state(rt) is ReplicaState.IDLE, "a status-only state")
     f.relay.read_fail = None

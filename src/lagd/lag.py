@@ -419,9 +419,30 @@ def applied_position(inputs: LagInputs, state: ReplicaState, event_time: Measure
     return min(times) if times else inputs.now
 
 
+def _not_idle_yet(since: float, ev: Measurement, sb: Measurement
+                  ) -> tuple[ReplicaState, str, Measurement, Measurement]:
+    """Right after a start nothing waiting is not yet caught up (START_SETTLE): the
+    state and the zeros that say so are unknown."""
+    why = (f"the replica's threads started {since:.1f} s ago and nothing has arrived or been applied "
+           f"since: caught up is not believed before {START_SETTLE:g} s")
+    if ev.seconds == 0:
+        ev = Measurement(None, f"not 0 yet: {why}")
+    if sb.seconds == 0:
+        sb = Measurement(None, f"not 0 yet: {why}")
+    return ReplicaState.UNKNOWN, why, ev, sb
+
+
 # --- the stateful part ----------------------------------------------------------
 
 YOUNG = 1.5  # seconds of measured apply before a catch-up's own speed is the ETA's
+# Seconds both threads run after a start before "everything received is applied" is
+# believed while nothing has been applied since. A restarted MariaDB GTID replica
+# starts its relay log again at the executed position: read = executed, nothing
+# waits, and for a few hundred ms (the IO thread connecting and asking for the
+# stream) it looks caught up with hundreds of transactions still on the source
+# (tests/faults/test_replica_process.py, about 1 run in 13). Events reach a
+# connected IO thread within a round trip; 2 s is a generous bound.
+START_SETTLE = 2.0
 
 
 class _History:
@@ -472,11 +493,13 @@ class LagTracker:
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
         self._offset = ClockOffsetEstimator(offset_window)
-        # Where the SQL thread was when it was seen running again after a spell without
-        # status or stopped (a restart this tracker saw), and whether it has moved since
-        # (sbm_lag). A first reading is no start seen: `lagctl status` asks once, and a
-        # busy replica's 0 with its executed position a few events behind is true there.
+        # Where the SQL thread was when both threads were seen running again after a
+        # spell without status or with a thread not running (a start this tracker saw),
+        # when, and whether it has moved since (sbm_lag, START_SETTLE). A first reading
+        # is no start seen: `lagctl status` asks once, and a busy replica's 0 with its
+        # executed position a few events behind is true there.
         self._start_position: tuple[str, int] | None = None
+        self._start_mono = 0.0
         self._moved_since_start = True
 
     def _reading(
@@ -555,17 +578,18 @@ class LagTracker:
         )
         return rates, stalled
 
-    def _unmoved_since_start(self, st: ReplicaStatus | None) -> bool:
-        """The SQL thread runs and has applied nothing since it was seen starting."""
-        if st is None or not st.sql_running:
+    def _since_start(self, st: ReplicaStatus | None, mono: float) -> float | None:
+        """Seconds since both threads were seen starting, while the SQL thread has
+        applied nothing since; None when no such start is pending."""
+        if st is None or not st.sql_running or st.io_state is not IoState.RUNNING:
             self._start_position, self._moved_since_start = None, False
-            return False
+            return None
         pos = (st.relay_source_log_file, st.exec_source_log_pos)
         if self._start_position is None:
-            self._start_position = pos
+            self._start_position, self._start_mono = pos, mono
         elif pos != self._start_position:
             self._moved_since_start = True
-        return not self._moved_since_start
+        return None if self._moved_since_start else mono - self._start_mono
 
     def update(self, inputs: LagInputs) -> LagReading:
         if self._first_mono is None:
@@ -585,7 +609,10 @@ class LagTracker:
                 "the writer on the source is not running, or the network stalls",
             )
         ev = event_time_lag(now, st, inputs.applying_commit_time, inputs.backlog)
-        sb = sbm_lag(st, unmoved_since_start=self._unmoved_since_start(st))
+        since = self._since_start(st, mono)
+        sb = sbm_lag(st, unmoved_since_start=since is not None)
+        if state is ReplicaState.IDLE and since is not None and since < START_SETTLE:
+            state, state_reason, ev, sb = _not_idle_yet(since, ev, sb)
         hb_configured = inputs.heartbeat is not None or inputs.heartbeat_error is not None
         readings = (
             self._reading(LagMethod.HEARTBEAT, hb, inputs, hb_configured),

@@ -360,6 +360,59 @@ def test_the_tracker_distrusts_sbm_zero_until_the_sql_thread_moves_after_a_resta
     assert LagTracker().update(inputs(0, status=zero_behind, backlog=None)).lag == 0.0
 
 
+CONNECTING = dict(io_state=IoState.CONNECTING, seconds_behind=None)
+FETCHED = dict(exec_source_log_pos=1_000)  # the IO thread has received up to 4,000 since
+APPLIED = dict(exec_source_log_pos=4_000, relay_log_pos=9_000)
+WAITING = Backlog(3, 3_000, 30, NOW - 5)
+
+START_CASES = [
+    # (readings: (t, status or None, backlog), what each reading's state and lag are)
+    ("first-reading-is-no-start", [(0, status(), EMPTY)], [("idle", 0.0)]),
+    # A replica restarted with nothing received yet: not idle for START_SETTLE seconds,
+    # then idle if nothing came (the source had nothing more).
+    ("restart-nothing-arrives", [(0, None, None), (1, status(), EMPTY), (2, status(), EMPTY),
+                                 (2.9, status(), EMPTY), (3, status(), EMPTY)],
+     [("unknown", None), ("unknown", None), ("unknown", None), ("unknown", None), ("idle", 0.0)]),
+    # ... and when the source had more: applying once it arrives, idle as soon as it is applied.
+    ("restart-then-catch-up", [(0, None, None), (1, status(), EMPTY), (1.5, status(**FETCHED), WAITING),
+                               (2, status(**APPLIED), EMPTY)],
+     [("unknown", None), ("unknown", None), ("applying", 6.5), ("idle", 0.0)]),
+    # An IO thread that reconnects is a start too; the SQL thread stopped and started as well.
+    ("io-reconnects", [(0, status(), EMPTY), (1, status(**CONNECTING), EMPTY), (2, status(), EMPTY),
+                       (4, status(), EMPTY)],
+     [("idle", 0.0), ("io_stopped", None), ("unknown", None), ("idle", 0.0)]),
+    ("sql-restarted", [(0, status(), EMPTY), (1, status(**SQL_STOPPED), EMPTY), (2, status(), EMPTY)],
+     [("idle", 0.0), ("stopped", None), ("unknown", None)]),
+    # Without a relay-log reader (SBM alone) the same.
+    ("restart-no-reader", [(0, None, None), (1, status(), None), (3.5, status(), None)],
+     [("unknown", None), ("unknown", None), ("idle", 0.0)]),
+]
+
+
+@pytest.mark.parametrize(("readings", "want"), [c[1:] for c in START_CASES], ids=[c[0] for c in START_CASES])
+def test_nothing_waiting_right_after_a_start_is_not_yet_caught_up(
+        readings: list[tuple[float, ReplicaStatus | None, Backlog | None]],
+        want: list[tuple[str, float | None]]) -> None:
+    """The fault test's false idle: a killed and restarted GTID replica starts its relay log
+    at the executed position, and looks caught up until its IO thread has fetched."""
+    t = LagTracker()
+    got = []
+    for at, st, backlog in readings:
+        r = t.update(inputs(at, status=st, backlog=backlog))
+        got.append((r.state.value, None if r.lag is None else round(r.lag, 3)))
+        if r.state is ReplicaState.UNKNOWN and st is not None:
+            assert "started" in r.state_reason and "not 0 yet" in r.event_time.reason + r.sbm.reason
+    assert got == want
+
+
+def test_a_heartbeat_still_tells_the_lag_right_after_a_start() -> None:
+    t = LagTracker()
+    t.update(inputs(0, status=None, backlog=None))
+    r = t.update(inputs(1, status=status(), backlog=EMPTY, heartbeat=hb_row(30, 1)))
+    assert r.state is ReplicaState.UNKNOWN and r.lag_method is LagMethod.HEARTBEAT
+    assert r.lag == pytest.approx(30)
+
+
 def test_primary_prefers_heartbeat_then_event_time_then_sbm() -> None:
     hb_ok, hb_missing = heartbeat_lag(NOW, hb_row(5)), heartbeat_lag(NOW, None, "no row for server_id 1")
     ev_ok, ev_missing = (

@@ -212,15 +212,16 @@ def restart_reason(prev: ReplicaStatus | None, cur: ReplicaStatus, *, asked_befo
 
 
 def withhold(reading: LagReading, why: str) -> LagReading:
-    """The reading with what depends on the backlog made unknown: state idle or
-    applying, the event-time and Seconds_Behind values, the backlog and the ETA.
+    """The reading with what depends on the backlog made unknown: state idle,
+    applying or not yet known (a start the tracker doubts), the event-time and
+    Seconds_Behind values, the backlog and the ETA.
 
     The heartbeat stays (it does not depend on the relay log), and so do the
     states read from the threads alone (error, stopped, io_stopped).
     """
     unknown = f"not known yet: {why}"
     state, state_reason = reading.state, reading.state_reason
-    if state in (ReplicaState.IDLE, ReplicaState.APPLYING):
+    if state in (ReplicaState.IDLE, ReplicaState.APPLYING, ReplicaState.UNKNOWN):
         state, state_reason = ReplicaState.UNKNOWN, unknown
     event_time = replace(reading.event_time, seconds=None, reason=unknown, clamped=False)
     sbm = replace(reading.sbm, seconds=None, reason=f"not trusted yet: {why}", clamped=False)

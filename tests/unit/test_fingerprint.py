@@ -157,6 +157,63 @@ def test_in_lists_and_strings_batch_too() -> None:
     ]
 
 
+OR_BATCHES = [
+    # (statement with {a}, {b} for two literals, the batch of (1, 10) and (21, 30))
+    ("UPDATE t SET c = c + 1 WHERE id BETWEEN {a} AND {b}",
+     "SELECT * FROM `s`.t WHERE (id BETWEEN 1 AND 10) OR (id BETWEEN 21 AND 30) LIMIT 256"),
+    ("DELETE FROM t WHERE id >= {a} AND id < {b}",
+     "SELECT * FROM `s`.t WHERE (id >= 1 AND id < 10) OR (id >= 21 AND id < 30) LIMIT 256"),
+    ("UPDATE t SET v = v + 1 WHERE a = {a} AND b = {b}",  # a composite key
+     "SELECT * FROM `s`.t WHERE (a = 1 AND b = 10) OR (a = 21 AND b = 30) LIMIT 256"),
+    ("UPDATE t SET c = 'x%', version = {b} + 1 WHERE id = {a} AND version = {b}",  # optimistic locking
+     "SELECT * FROM `s`.t WHERE (id = 1 AND version = 10) OR (id = 21 AND version = 30) LIMIT 256"),
+    ("UPDATE t SET c = 1 WHERE code BETWEEN '{a}' AND '{b}%'",
+     "SELECT * FROM `s`.t WHERE (code BETWEEN '1' AND '10%%') OR (code BETWEEN '21' AND '30%%') LIMIT 256"),
+    ("DELETE FROM t WHERE k = {a} AND deleted IS NULL AND id <= {b}",
+     "SELECT * FROM `s`.t WHERE (k = 1 AND deleted IS NULL AND id <= 10) OR "
+     "(k = 21 AND deleted IS NULL AND id <= 30) LIMIT 256"),
+]
+
+
+@pytest.mark.parametrize(("sql", "batch"), OR_BATCHES)
+def test_flat_conditions_of_one_shape_are_batched_as_an_or(sql: str, batch: str) -> None:
+    """Range statements and composite keys: one probe for the batch, each statement
+    counted once; the range optimizer reads each term as a range of the same index."""
+    b = StatementBatcher(16)
+    first, _ = b.add(Statement("s", sql.format(a=100, b=200), 0, 0))  # first seen: direct
+    direct = rewrite_statement_sql(sql.format(a=100, b=200), "s").probe
+    assert direct is not None and [p.sql for p in first] == [direct.sql]
+    for a, z in ((1, 10), (21, 30), (1, 10)):  # the same statement twice is probed once
+        probes, refused = b.add(Statement("s", sql.format(a=a, b=z), 0, 0))
+        assert probes == [] and refused is None
+    got = b.flush()
+    assert [(p.sql, p.rows, p.kind) for p in got] == [(batch, 2, "statement")]
+    assert got[0].plan == first[0].plan  # one shape: explained once
+
+
+@pytest.mark.parametrize("sql", [
+    "UPDATE t SET c = 1 WHERE id > {a} AND id > {b}",  # open: an OR of them is one open range
+    "UPDATE t SET c = 1 WHERE id <> {a} AND k <> {b}",
+    "UPDATE t SET c = 1 WHERE id = {a} OR id = {b}",  # an OR already
+    "UPDATE t SET c = 1 WHERE id = {a} || id = {b}",
+    "UPDATE t SET c = 1 WHERE id = {a} XOR k = {b}",
+    "UPDATE t SET c = 1 WHERE (id = {a} AND k = {b})",
+    "UPDATE t SET c = 1 WHERE id = {a} AND k IN ({b}, 7)",
+    "UPDATE t SET c = 1 WHERE id BETWEEN {a} AND {b} ORDER BY id",
+    "UPDATE t SET c = 1 WHERE id BETWEEN {a} AND {b} LIMIT 5",  # its own LIMIT
+    "UPDATE t SET c = 1 WHERE id = {a} AND k = ABS({b})",
+])
+def test_conditions_an_or_would_change_are_probed_one_by_one(sql: str) -> None:
+    b = StatementBatcher(16)
+    for a, z in ((100, 200), (1, 10), (21, 30)):
+        probes, refused = b.add(Statement("s", sql.format(a=a, b=z), 0, 0))
+        if refused is not None:
+            return
+        direct = rewrite_statement_sql(sql.format(a=a, b=z), "s").probe
+        assert direct is not None and [p.sql for p in probes] == [direct.sql]
+    assert b.flush() == []
+
+
 @pytest.mark.parametrize("sql", [
     "DELETE FROM t WHERE id = 5 LIMIT 1", "DELETE FROM t WHERE id > 5",
     "UPDATE t JOIN u USING (id) SET v = 1 WHERE id = 5",

@@ -30,10 +30,16 @@ shape and cached with it: none of them depend on a literal's value.
 
 A shape whose SELECT is ``SELECT * FROM <one table> WHERE <col> = ?`` (or ``IN
 (...)``) is batched like row probes: the values of up to ``max_keys``
-statements go into one ``<col> IN (...)``. ``Probe.rows`` counts the
-statements a probe covers. A one-table probe of a table with documents (BLOB,
-TEXT, JSON, spatial) selects ``ISNULL`` of each instead of ``*`` once the
-table is known (the same pages read, a byte a column sent).
+statements go into one ``<col> IN (...)``. Any other one-table shape whose
+condition is a flat conjunction (``id BETWEEN ? AND ?``, ``id >= ? AND id <
+?``, ``a = ? AND b = ?``, ``id = ? AND version = ?``: no parentheses, no OR,
+no ORDER BY, no LIMIT of its own) is batched as ``(<cond 1>) OR (<cond
+2>) ...``: the range optimizer reads each disjunct as a range of the index
+the statement alone would use, so the batch reads the pages the statements
+will, in one round trip. ``Probe.rows`` counts the statements a probe covers.
+A one-table probe of a table with documents (BLOB, TEXT, JSON, spatial)
+selects ``ISNULL`` of each instead of ``*`` once the table is known (the
+same pages read, a byte a column sent).
 
 Every statement it probes is also reported to ``tables.seen`` with the
 columns its SET list assigns, or as a DELETE (once per shape, from the same
@@ -79,9 +85,27 @@ _NUM_MARK = "97531{:05d}86420"
 _MARKS = re.compile(r"'~lagd:(\d+)~'|97531(\d{5})86420")
 _NAME = r"(?:`(?:[^`]|``)+`|[\w$]+)"
 _MARK = r"(?:'~lagd:\d+~'|97531\d{5}86420)"
+# The rewrite's own LIMIT (STATEMENT_ROWS), not a statement's: that is a literal, a marker.
+_OWN_LIMIT = r"(?!97531\d{5}86420)\d+"
 _BATCHABLE = re.compile(
     rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<col>{_NAME}(?:\.{_NAME})*)"
-    rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*(?P<limit>LIMIT \d+)?", re.I | re.S)
+    rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*(?P<limit>LIMIT {_OWN_LIMIT})?", re.I | re.S)
+# Any other one-table condition, batched as an OR of conditions when it is a flat
+# conjunction (_disjunct): no parentheses (no subquery, function or IN list), and
+# only the rewrite's own LIMIT (a statement's LIMIT is a literal, so a marker).
+_OR_BATCHABLE = re.compile(
+    rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<cond>[^()]+?)\s*(?P<limit>LIMIT {_OWN_LIMIT})?",
+    re.I | re.S)
+# What would change an OR of the conditions' meaning or plan ("||" is OR in the
+# default sql_mode); a quoted name that reads as one is refused too, harmlessly.
+_NOT_A_CONJUNCTION = re.compile(r"\b(?:OR|XOR|ORDER|GROUP|HAVING|WINDOW|UNION|SELECT|LIMIT|INTO|FOR|LOCK)\b"
+                                r"|\|\|", re.I)
+# A condition that bounds what it reads: an equality or BETWEEN, or a lower and an
+# upper bound. An OR of open ranges (k > 5, k > 6) is one open range, and its LIMIT
+# would read the start of it for all of them: those stay one probe a statement.
+_EQUAL = re.compile(r"(?<![<>!])=|\bBETWEEN\b", re.I)
+_LOWER = re.compile(r"(?<!<)>")
+_UPPER = re.compile(r"<(?!>)")
 _STAR = "SELECT * FROM "  # how a one-table statement probe starts (rewrite_sql._splice)
 _CACHE_LIMIT = 4096  # shapes; a stream of one-off shapes must not grow memory without end
 
@@ -168,6 +192,10 @@ class Template:
     batch_head: str | None = None  # "SELECT * FROM refs WHERE col IN (" when batchable
     batch_tail: str = ")"  # what closes the list: ") LIMIT n" (rewrite_sql.STATEMENT_ROWS)
     batch_list: bool = False  # the batched value is an IN list (counts as its values)
+    # An OR batch (_OR_BATCHABLE): the condition's text between slots and the literal
+    # each slot takes; a statement's value is its condition, bound, in parentheses.
+    unit_parts: tuple[str, ...] = ()
+    unit_slots: tuple[int, ...] = ()
     verified: bool = True
     sets: frozenset[str] = frozenset()  # the columns an UPDATE assigns (StatementRewrite.sets)
     deletes: bool = False  # a DELETE (StatementRewrite.deletes)
@@ -175,12 +203,38 @@ class Template:
     one_table: bool = False  # its select list may name the table's columns (StatementRewrite)
 
     def bind(self, lits: tuple[str, ...]) -> str:
-        parts = self.parts
-        out = [parts[0]]
-        for slot, part in zip(self.slots, parts[1:], strict=True):
-            out.append(lits[slot].replace("%", "%%"))
-            out.append(part)
-        return "".join(out)
+        return _bind(self.parts, self.slots, lits)
+
+    def batch_value(self, lits: tuple[str, ...]) -> str:
+        """What one statement adds to its batch: a value of the IN list, or its condition."""
+        if self.unit_parts:
+            return f"({_bind(self.unit_parts, self.unit_slots, lits)})"
+        return lits[self.slots[0]].replace("%", "%%")
+
+    @property
+    def batch_sep(self) -> str:
+        return " OR " if self.unit_parts else ", "
+
+
+def _bind(parts: tuple[str, ...], slots: tuple[int, ...], lits: tuple[str, ...]) -> str:
+    out = [parts[0]]
+    for slot, part in zip(slots, parts[1:], strict=True):
+        out.append(lits[slot].replace("%", "%%"))
+        out.append(part)
+    return "".join(out)
+
+
+def _slotted(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """``text`` cut at its markers: the text between them, and the literal each stands for."""
+    parts: list[str] = []
+    slots: list[int] = []
+    last = 0
+    for m in _MARKS.finditer(text):
+        parts.append(text[last:m.start()])
+        slots.append(int(m.group(1) or m.group(2)))
+        last = m.end()
+    parts.append(text[last:])
+    return tuple(parts), tuple(slots)
 
 
 _UNVERIFIED = Template(None, verified=False)
@@ -222,26 +276,37 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
     if (via.sets, via.deletes, via.one_table) != (direct.sets, direct.deletes, direct.one_table):
         return _UNVERIFIED
     text = via.probe.sql
-    parts: list[str] = []
-    slots: list[int] = []
-    last = 0
-    for m in _MARKS.finditer(text):
-        parts.append(text[last:m.start()])
-        slots.append(int(m.group(1) or m.group(2)))
-        last = m.end()
-    parts.append(text[last:])
-    batch_head = None
+    parts, slots = _slotted(text)
+    batch_head: str | None = None
+    tail = ")"
+    unit: tuple[tuple[str, ...], tuple[int, ...]] = ((), ())
     b = _BATCHABLE.fullmatch(text)
+    o = _OR_BATCHABLE.fullmatch(text) if b is None else None
     if b is not None and len(slots) == 1 and " JOIN " not in b.group("refs").upper():
         batch_head = f"SELECT * FROM {b.group('refs')} WHERE {b.group('col')} IN ("
-    tail = f") {b.group('limit')}" if b is not None and b.group("limit") else ")"
-    t = Template(None, tuple(parts), tuple(slots), via.probe.schema, via.probe.table, batch_head, tail,
-                 batch_head is not None and "," in lits[slots[0]], sets=via.sets, deletes=via.deletes,
-                 one_table=via.one_table)
+        tail = f") {b.group('limit')}" if b.group("limit") else ")"
+    elif o is not None and " JOIN " not in o.group("refs").upper() and _disjunct(o.group("cond")):
+        batch_head = f"SELECT * FROM {o.group('refs')} WHERE "
+        tail = f" {o.group('limit')}" if o.group("limit") else ""
+        unit = _slotted(o.group("cond"))
+    t = Template(None, parts, slots, via.probe.schema, via.probe.table, batch_head, tail,
+                 batch_head is not None and not unit[0] and "," in lits[slots[0]], unit[0], unit[1],
+                 sets=via.sets, deletes=via.deletes, one_table=via.one_table)
     if t.bind(lits) != direct.probe.sql or (t.schema, t.table) != (direct.probe.schema,
                                                                    direct.probe.table):
         return _UNVERIFIED
     return t
+
+
+def _disjunct(cond: str) -> bool:
+    """The condition can stand as one term of an OR: a flat conjunction with a literal
+    that bounds the rows it reads."""
+    if _MARKS.search(cond) is None:
+        return False
+    bare = _MARKS.sub("?", cond)
+    bounded = _EQUAL.search(bare) is not None or (
+        _LOWER.search(bare) is not None and _UPPER.search(bare) is not None)
+    return bounded and _NOT_A_CONJUNCTION.search(bare) is None
 
 
 class StatementBatcher:
@@ -302,8 +367,8 @@ class StatementBatcher:
         if values is None:
             values = self._waiting[t] = {}
             self._times[t] = stmt.header_time
-        value = lits[t.slots[0]]
-        values[value.replace("%", "%%")] = value.count(",") + 1 if t.batch_list else 1
+        value = t.batch_value(lits)
+        values[value] = value.count(",") + 1 if t.batch_list else 1
         if len(values) >= self.max_keys:
             return [self._emit(t)], None
         return [], None
@@ -339,8 +404,8 @@ class StatementBatcher:
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)
         when = self._times.pop(t, None)
-        sql = self._narrowed(f"{t.batch_head}{', '.join(values)}{t.batch_tail}", t.one_table, t.schema,
-                             t.table)
+        sql = self._narrowed(f"{t.batch_head}{t.batch_sep.join(values)}{t.batch_tail}", t.one_table,
+                             t.schema, t.table)
         return Probe(sql, (), t.schema, t.table, None, sum(values.values()), "statement", covering=False,
                      source_time=when, plan=t.plan)
 

@@ -234,3 +234,38 @@ def test_a_statement_probe_reads_what_its_update_reads_off_page_documents_includ
     print("buffer-pool page requests:", found)
     assert found["row probe"] + 4 <= found["statement probe"] <= found["UPDATE again, no change"], found
     assert found["statement probe"] <= found["UPDATE"], found
+
+
+def test_a_statement_probe_of_one_unindexed_column_reads_what_select_star_reads(
+        sandbox: Sandbox, schema: str) -> None:
+    """A statement probe selects ``ISNULL`` of a column in no index (inserts.TableKeys.select),
+    one byte a row where ``SELECT *`` sent the whole row for lagd to decode: the record
+    must still be read, so no index may cover the select list, NOT NULL or not. Counted
+    as buffer-pool page requests of each form on rows of their own, against a covering
+    ``SELECT id`` that reads the secondary index alone."""
+    sb = sandbox
+    sb.source.query(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, k INT NOT NULL, c CHAR(120) NOT NULL,"
+                    " pad CHAR(60), KEY k_1 (k))")
+    sb.source.query(f"INSERT INTO `{schema}`.t SELECT seq, (seq * 7919) % 20011, MD5(seq), MD5(-seq)"
+                    f" FROM seq_1_to_20000", db=schema)
+    conn = sb.source.connect(schema, autocommit=True)
+    try:
+        with conn.cursor() as cur:
+            def gets(select: str, ks: range) -> int:
+                cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")
+                before = int(cur.fetchone()[1])  # type: ignore[index]
+                cur.execute(f"SELECT {select} FROM t WHERE k IN ({', '.join(map(str, ks))}) LIMIT 256")
+                cur.fetchall()
+                cur.execute("SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_read_requests'")
+                return int(cur.fetchone()[1]) - before  # type: ignore[index]
+
+            # The count is the server's: another test's reads only add, so the least of
+            # three (each on rows of its own) is the form's.
+            found = {s: min(gets(s, range(1000 * i + 100 * j, 1000 * i + 100 * j + 50)) for j in range(3))
+                     for i, s in enumerate(["*", "ISNULL(`c`)", "ISNULL(`pad`)", "id"], 1)}
+    finally:
+        conn.close()
+    print("buffer-pool page requests:", found)
+    assert found["id"] + 40 <= found["*"], found  # 50 rows' records: it tells covering from not
+    for narrow in ("ISNULL(`c`)", "ISNULL(`pad`)"):
+        assert abs(found[narrow] - found["*"]) <= 0.1 * found["*"], found

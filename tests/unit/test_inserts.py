@@ -50,17 +50,31 @@ def test_table_keys_classes_and_indexes() -> None:
     no_pk = table_keys(*info_rows([("a", "int"), ("b", "int")], [("u", ("a",), True), ("k", ("b",), False)]))
     assert no_pk is not None and [ix.name for ix in no_pk.indexes] == ["u"]  # k's entries: a range
     assert table_keys([], []) is None  # not visible to lagd, or gone
-    assert SB_KEYS.select == "*" and ACCOUNTS_KEYS.select == "ISNULL(`note`)"
+    assert SB_KEYS.select == "ISNULL(`c`)" and ACCOUNTS_KEYS.select == "ISNULL(`note`)"
 
 
 @pytest.mark.parametrize(("column_type", "select"), [
     ("mediumblob", "ISNULL(`d`)"), ("longtext", "ISNULL(`d`)"), ("json", "ISNULL(`d`)"),
-    ("point", "ISNULL(`d`)"), ("tinytext", "*"),  # 255 bytes at most: always on the row's page
-    ("varchar(4000)", "*"), ("int(11)", "*"),
+    ("point", "ISNULL(`d`)"),
+    # 255 bytes at most, always on the row's page; a row without documents: a column in no index.
+    ("tinytext", "ISNULL(`d`)"), ("varchar(4000)", "ISNULL(`d`)"), ("int(11)", "ISNULL(`d`)"),
 ])
 def test_a_statement_probe_of_a_table_with_documents_selects_isnull_of_each(column_type: str,
                                                                               select: str) -> None:
     keys = table_keys(*info_rows([("id", "int(11)"), ("d", column_type)], [("PRIMARY", ("id",), True)]))
+    assert keys is not None and keys.select == select
+
+
+@pytest.mark.parametrize(("columns", "indexes", "select"), [
+    # (columns, indexes as (name, columns, unique), what a statement probe selects)
+    (("id", "k", "c"), [("PRIMARY", ("id",), True), ("k_1", ("k",), False)], "ISNULL(`c`)"),
+    (("id", "k", "c"), [("PRIMARY", ("id",), True), ("k_1", ("k", "c"), False)], "*"),  # all indexed
+    (("a", "b", "v"), [("PRIMARY", ("a", "b"), True)], "ISNULL(`v`)"),
+    (("id", "Note"), [("PRIMARY", ("id",), True)], "ISNULL(`Note`)"),  # spelled as the table has it
+])
+def test_a_statement_probe_selects_one_column_no_index_covers(
+        columns: tuple[str, ...], indexes: list[tuple[str, tuple[str, ...], bool]], select: str) -> None:
+    keys = table_keys(*info_rows([(c, "int(11)") for c in columns], indexes))
     assert keys is not None and keys.select == select
 
 

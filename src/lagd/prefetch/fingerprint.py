@@ -410,10 +410,10 @@ class StatementBatcher:
                      source_time=when, plan=t.plan)
 
     def _narrowed(self, sql: str, one_table: bool, schema: str, table: str) -> str:
-        """A one-table probe of a table with documents selects ISNULL of each instead of
-        ``*`` (inserts.TableKeys.select), once the table is known: the server reads the
-        same pages (the statement's UPDATE or DELETE reads the whole record too) and
-        sends a byte a column, not up to STATEMENT_ROWS documents."""
+        """A one-table probe selects what inserts.probe_select says instead of ``*``, once
+        the table is known: ISNULL of each document, or of one column in no index. The
+        server reads the same pages (the statement's UPDATE or DELETE reads the whole
+        record too) and sends a byte a row or document, not up to STATEMENT_ROWS rows."""
         if not one_table or not sql.startswith(_STAR):
             return sql
         keys = self.tables.described(schema, table)

@@ -37,9 +37,9 @@ no ORDER BY, no LIMIT of its own) is batched as ``(<cond 1>) OR (<cond
 2>) ...``: the range optimizer reads each disjunct as a range of the index
 the statement alone would use, so the batch reads the pages the statements
 will, in one round trip. ``Probe.rows`` counts the statements a probe covers.
-A one-table probe of a table with documents (BLOB, TEXT, JSON, spatial)
-selects ``ISNULL`` of each instead of ``*`` once the table is known (the
-same pages read, a byte a column sent).
+A one-table probe selects ``ISNULL`` of each document (BLOB, TEXT, JSON,
+spatial), or of one column in no index, instead of ``*`` once the table is
+known (inserts.probe_select: the same pages read, a byte a row sent).
 
 Every statement it probes is also reported to ``tables.seen`` with the
 columns its SET list assigns, or as a DELETE (once per shape, from the same

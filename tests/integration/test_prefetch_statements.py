@@ -112,6 +112,19 @@ async def _run_engine(sb: Sandbox, schema: str) -> tuple[list[Any], Any, tuple[i
     return probes, engine.snapshot(), (engine.batcher.rows, engine.batcher.moving, engine.batcher.deletes)
 
 
+def _probed(sb: Sandbox, schema: str, statements: list[str]) -> tuple[list[Any], Any]:
+    """``statements`` logged as statements behind a stopped SQL thread, read ahead and
+    probed by the engine; the SQL thread then applies them."""
+    try:
+        write(sb, schema, "STATEMENT", statements)
+        wait_received(sb)
+        probes, snap, _ = asyncio.run(_run_engine(sb, schema))
+    finally:
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    return probes, snap
+
+
 def test_statements_whose_plan_reads_the_whole_table_are_not_probed(sandbox: Sandbox, schema: str) -> None:
     """An UPDATE by an unindexed column makes the SQL thread read the whole table; its
     probe would read it again. The pool explains each shape's first probe on the replica
@@ -130,13 +143,7 @@ def test_statements_whose_plan_reads_the_whole_table_are_not_probed(sandbox: San
             statements.append(f"UPDATE t SET c = c + 1 WHERE s = 's{rng.randint(2, ROWS)}'")  # s: no index
         else:
             statements.append(f"UPDATE t SET c = c + 2 WHERE id = {rng.randint(2, ROWS)}")
-    try:
-        write(sb, schema, "STATEMENT", statements)
-        wait_received(sb)
-        probes, snap, _ = asyncio.run(_run_engine(sb, schema))
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
+    probes, snap = _probed(sb, schema, statements)
     print("prefetch:", snap.counters, snap.pool)
     by_s = [p for p in probes if p.schema == schema and "WHERE s" in p.sql]
     by_id = [p for p in probes if p.schema == schema and "WHERE id" in p.sql]
@@ -174,13 +181,7 @@ def test_range_and_composite_key_statements_share_probes_that_read_by_range(sand
             statements.append(f"UPDATE t SET c = c + 1 WHERE id BETWEEN {lo} AND {lo + 9}")
         else:
             statements.append(f"UPDATE ab SET v = v + 1 WHERE a = {lo // 10} AND b = {lo % 10}")
-    try:
-        write(sb, schema, "STATEMENT", statements)
-        wait_received(sb)
-        probes, snap, _ = asyncio.run(_run_engine(sb, schema))
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
+    probes, snap = _probed(sb, schema, statements)
     print("prefetch:", snap.counters, snap.pool)
     ranges = [p for p in probes if p.schema == schema and "BETWEEN" in p.sql]
     pairs = [p for p in probes if p.schema == schema and p.table == "ab"]

@@ -224,6 +224,16 @@ def _w_update_range(cur: Any, ids: Ids) -> int:
     return 1
 
 
+def _w_update_checked(cur: Any, ids: Ids) -> int:
+    # An UPDATE by primary key that also checks a second column, as optimistic locking
+    # writes it (WHERE id = ? AND version = ?): here the row's k as the base load made it.
+    # Not `col = ?` alone, so it is batched as an OR of the conditions (fingerprint.py).
+    row = ids.existing()
+    cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id = %s AND k = %s",
+                (f"v{ids.rng.random():.12f}", row, (row // 2 * 2654435761) % ids.n))
+    return 1
+
+
 def _w_update_by_k(cur: Any, ids: Ids) -> int:
     # An UPDATE found by the secondary index k (about one row a value): the SQL thread
     # reads k's leaf, then the row's.
@@ -275,6 +285,8 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
                           _w_update_range),
     "update_by_k_stmt": ("UPDATEs of the rows of a random k value (secondary index), logged as statements",
                          _w_update_by_k),
+    "update_checked_mixed": ("primary-key UPDATEs that also check a second column (optimistic locking),"
+                             " binlog_format=MIXED (logged as statements)", _w_update_checked),
 }
 # Statements the source runs before a workload, in its backlog: the SQL thread applies them
 # first. The table is dropped unlogged first: MariaDB does not log CREATE TABLE IF NOT EXISTS
@@ -288,7 +300,8 @@ SESSION = {"update_doc": ("SET SESSION binlog_row_image = 'MINIMAL'",)}
 BINLOG_FORMAT = {"update_doc_stmt": "STATEMENT", "update_pk_stmt": "STATEMENT", "mixed_fmt": "MIXED",
                  "update_k_stmt": "STATEMENT", "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT",
                  "insert_fk_stmt": "STATEMENT", "oltp_write_mixed": "MIXED",
-                 "update_range_stmt": "STATEMENT", "update_by_k_stmt": "STATEMENT"}
+                 "update_range_stmt": "STATEMENT", "update_by_k_stmt": "STATEMENT",
+                 "update_checked_mixed": "MIXED"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

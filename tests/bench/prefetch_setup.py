@@ -48,9 +48,18 @@ DDL = (f"CREATE TABLE {TABLE} (id INT NOT NULL, k INT NOT NULL DEFAULT 0, "
 OVERLAY_GLOBS = ("*-relay-bin.*", "master.info", "relay-log.info", "multi-master.info")
 
 
+# Row seq of the base load has id 2 * seq and k (seq * K_HASH) % n_rows (base_k).
+K_HASH = 2654435761
+
+
+def base_k(row_id: int, n_rows: int) -> int:
+    """The k the base load gave the row with this id."""
+    return (row_id // 2 * K_HASH) % n_rows
+
+
 def _load_sql(lo: int, hi: int, n_rows: int) -> str:
     # Deterministic content, so source and replica hold the same rows.
-    return (f"INSERT INTO {TABLE} SELECT seq * 2, (seq * 2654435761) % {n_rows}, "
+    return (f"INSERT INTO {TABLE} SELECT seq * 2, (seq * {K_HASH}) % {n_rows}, "
             "CONCAT(LPAD(seq, 12, '0'), '-', REPEAT(CHAR(97 + seq % 26), 107)), "
             "REPEAT(CHAR(65 + seq % 26), 60) "
             f"FROM seq_{lo}_to_{hi}")
@@ -230,7 +239,7 @@ def _w_update_checked(cur: Any, ids: Ids) -> int:
     # Not `col = ?` alone, so it is batched as an OR of the conditions (fingerprint.py).
     row = ids.existing()
     cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id = %s AND k = %s",
-                (f"v{ids.rng.random():.12f}", row, (row // 2 * 2654435761) % ids.n))
+                (f"v{ids.rng.random():.12f}", row, base_k(row, ids.n)))
     return 1
 
 

@@ -493,14 +493,13 @@ class LagTracker:
         self._histogram = LagHistogram()
         self._averages = WindowAverages(max_span=stale_after)
         self._offset = ClockOffsetEstimator(offset_window)
-        # Where the SQL thread was when both threads were seen running again after a
-        # spell without status or with a thread not running (a start this tracker saw),
-        # when, and whether it has moved since (sbm_lag, START_SETTLE). A first reading
-        # is no start seen: `lagctl status` asks once, and a busy replica's 0 with its
-        # executed position a few events behind is true there.
-        self._start_position: tuple[str, int] | None = None
-        self._start_mono = 0.0
-        self._moved_since_start = True
+        # A start this tracker saw (sbm_lag, START_SETTLE): ``_stopped`` while there is no
+        # status or a thread does not run; then ``_start``, where the SQL thread was and
+        # when, until it moves. A first reading is no start seen: `lagctl status` asks
+        # once, and a busy replica's 0 with its executed position a few events behind is
+        # true there.
+        self._stopped = False
+        self._start: tuple[tuple[str, int], float] | None = None
 
     def _reading(
         self, method: LagMethod, m: Measurement, inputs: LagInputs, configured: bool
@@ -582,14 +581,14 @@ class LagTracker:
         """Seconds since both threads were seen starting, while the SQL thread has
         applied nothing since; None when no such start is pending."""
         if st is None or not st.sql_running or st.io_state is not IoState.RUNNING:
-            self._start_position, self._moved_since_start = None, False
+            self._stopped, self._start = True, None
             return None
         pos = (st.relay_source_log_file, st.exec_source_log_pos)
-        if self._start_position is None:
-            self._start_position, self._start_mono = pos, mono
-        elif pos != self._start_position:
-            self._moved_since_start = True
-        return None if self._moved_since_start else mono - self._start_mono
+        if self._stopped:
+            self._stopped, self._start = False, (pos, mono)
+        elif self._start is not None and pos != self._start[0]:
+            self._start = None
+        return None if self._start is None else mono - self._start[1]
 
     def update(self, inputs: LagInputs) -> LagReading:
         if self._first_mono is None:

@@ -361,7 +361,6 @@ def test_the_tracker_distrusts_sbm_zero_until_the_sql_thread_moves_after_a_resta
 
 
 CONNECTING = dict(io_state=IoState.CONNECTING, seconds_behind=None)
-FETCHED = dict(exec_source_log_pos=1_000)  # the IO thread has received up to 4,000 since
 APPLIED = dict(exec_source_log_pos=4_000, relay_log_pos=9_000)
 WAITING = Backlog(3, 3_000, 30, NOW - 5)
 
@@ -374,7 +373,7 @@ START_CASES = [
                                  (2.9, status(), EMPTY), (3, status(), EMPTY)],
      [("unknown", None), ("unknown", None), ("unknown", None), ("unknown", None), ("idle", 0.0)]),
     # ... and when the source had more: applying once it arrives, idle as soon as it is applied.
-    ("restart-then-catch-up", [(0, None, None), (1, status(), EMPTY), (1.5, status(**FETCHED), WAITING),
+    ("restart-then-catch-up", [(0, None, None), (1, status(), EMPTY), (1.5, status(**BEHIND), WAITING),
                                (2, status(**APPLIED), EMPTY)],
      [("unknown", None), ("unknown", None), ("applying", 6.5), ("idle", 0.0)]),
     # An IO thread that reconnects is a start too; the SQL thread stopped and started as well.

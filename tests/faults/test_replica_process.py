@@ -90,6 +90,7 @@ def test_replica_kill9_and_restart_mid_prefetch(fsb: Sandbox, db: str, tmp_path:
                 last = d.status() or {}
                 print("not known again; lagd said:", lag_of(last).get("state"),
                       lag_of(last).get("state_reason"), "| health:", last.get("health"))
+                print("lagd's log since the kill:\n" + "\n".join(d.log_since(mark).splitlines()[-60:]))
             # Recorded, not checked: the catch-up may end before prefetch could matter.
             pf_back = d.poll_until(lambda s: s["prefetch"]["state"] == "active", 5)
             record("replica kill -9", "prefetch active again (after state known again)", pf_back)

@@ -76,6 +76,7 @@ PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 LAGD = ["engine"]  # how lagd runs in the runs with it (--lagd): its engine alone, or `lagd run`
 SQL_WAITS = [False]  # sample the SQL thread's performance_schema waits each second (--sql-waits)
+POOL_PAGES = [False]  # count the pool's pages of each index at the end of a run (--pool-pages)
 # What --sql-waits turns on in the replica: every wait instrument, timed, and the
 # summaries by thread; a long history of single waits to see who waits long on an
 # index's tree latch, and in which mode. Costly, so both runs of a pair carry it.
@@ -174,8 +175,11 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+# Pages read = buffer_pool_reads (a page wanted now) + read_ahead (InnoDB guessed it);
+# read_ahead_evicted: guessed, and gone before anyone wanted it.
 STATUS_VARS = ("Innodb_buffer_pool_reads", "Innodb_buffer_pool_wait_free", "Innodb_buffer_pool_pages_flushed",
-               "Innodb_data_writes")
+               "Innodb_data_writes", "Innodb_pages_read", "Innodb_buffer_pool_read_ahead",
+               "Innodb_buffer_pool_read_ahead_evicted")
 
 
 def status_of(server: Any, wanted: tuple[str, ...] = STATUS_VARS) -> dict[str, int]:
@@ -299,6 +303,11 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     reads = status1["Innodb_buffer_pool_reads"] - reads0
     server_io = {k: status1[k] - status0[k] for k in STATUS_VARS}
     server_io["machine_busy_pct"] = round(100 * machine_busy)
+    if POOL_PAGES[0]:
+        # Which index's pages the pool holds at the end: where a run's extra reads went.
+        for r in rep.query("SELECT INDEX_NAME AS i, COUNT(*) AS n FROM information_schema.INNODB_BUFFER_PAGE"
+                           " WHERE TABLE_NAME LIKE '%sbtest1%' GROUP BY INDEX_NAME"):
+            server_io[f"pool_pages_{r['i']}"] = int(r["n"])
     server_io["stolen_pct"] = round(100 * (busy1[2] - busy0[2]) / max(1e-9, busy1[1] - busy0[1]))
     cpu = snap = None
     if daemon is not None:
@@ -510,6 +519,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="in the runs with lagd: its prefetch engine alone, or the whole daemon (lagd run)")
     ap.add_argument("--sql-waits", action="store_true",
                     help="turn on the replica's wait instruments and keep the SQL thread's waits each second")
+    ap.add_argument("--pool-pages", action="store_true",
+                    help="at the end of each run, count the buffer pool's pages of each index of the table")
     ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
     ap.add_argument("--report", type=Path, default=None,
                     help="only print the pairs table of a benchmark-runs.jsonl written earlier")
@@ -521,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     NICE[0] = args.nice
     LAGD[0] = args.lagd
     SQL_WAITS[0] = args.sql_waits
+    POOL_PAGES[0] = args.pool_pages
     set_pool(args.pool)
     PROCESS_GRANT[0] = args.process_grant
     PF_OPTIONS.update(json.loads(args.pf_options))

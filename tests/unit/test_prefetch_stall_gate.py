@@ -279,6 +279,36 @@ def test_work_the_probes_leave_to_purge_is_not_counted_as_done(history: list[int
     assert words in g.reason
 
 
+@pytest.mark.parametrize(("share", "open_", "words"), [
+    (None, False, "879 KiB/s of relay log of it left to purge"),  # not known: all of it is work
+    (1.0, False, "879 KiB/s of relay log of it left to purge"),  # update_k: every UPDATE moves a k entry
+    (0.5, False, "439 KiB/s of relay log of it left to purge"),  # half the changes move one
+    (0.25, True, "330 KiB/s of relay log of it left to purge"),  # after the 8 s: less growth a second
+    # UPDATEs in place (a range of rows' c): their undo is freed, no index entry to remove
+    (0.0, True, "1,400 KiB/s of relay log with probes; reads"),
+])
+def test_only_changes_that_leave_index_entries_count_as_work_left_to_purge(
+        share: float | None, open_: bool, words: str) -> None:
+    g = opened_at(10_000)
+    for h in STEADY:
+        g = stall_gate(g, replace(w(0.1, rate=1400), history=h, trx_bytes=600, purge_share=share),
+                       prefetching=True)
+        if not g.open:
+            break
+    assert g.open is open_
+    assert words in g.reason
+
+
+def test_a_try_on_changes_in_place_is_not_stopped_early_by_purge() -> None:
+    g = stall_gate(MEASURING, replace(w(0.6), history=10_000), prefetching=False)
+    g = stall_gate(g, replace(w(0.1, rate=1200), history=10_500, trx_bytes=600, purge_share=0.0),
+                   prefetching=True)
+    for second in (1, 2):
+        g = stall_gate(g, replace(w(0.1, rate=1400), history=10_500 + 3_000 * second, trx_bytes=600,
+                                  purge_share=0.0), prefetching=True)
+    assert g.open and "left to purge" not in g.reason
+
+
 def test_purge_is_not_judged_on_the_first_seconds_of_probing() -> None:
     """Its history rises and falls in bursts: over two seconds an insert catch-up's
     looks like update_k's."""

@@ -405,6 +405,9 @@ class StallWindow:
     history: int | None = None  # InnoDB's purge history length at its end; None: not known
     trx_bytes: float | None = None  # relay-log bytes a transaction lately; None: not known
     inside: bool = False  # the SQL thread is inside one big transaction (the engine knows)
+    # Of the row changes read since the probes started, the share that leave index entries
+    # for purge to remove (purge_debt); None: not known, every one counted as such.
+    purge_share: float | None = None
 
     @property
     def readers(self) -> float:
@@ -436,14 +439,15 @@ class StallWindow:
 
 def stall_window(seconds: dict[str, float], headroom: float | None, wall: float = 0.0,
                  applied: int | None = 0, history: int | None = None,
-                 trx_bytes: float | None = None, inside: bool = False) -> StallWindow | None:
+                 trx_bytes: float | None = None, inside: bool = False,
+                 purge_share: float | None = None) -> StallWindow | None:
     total = sum(seconds.values())
     if total <= 0:
         return None
     def share(*names: str) -> float:
         return sum(seconds.get(n, 0.0) for n in names) / total
     return StallWindow(total, share("disk_read"), share("on_cpu", "cpu_wait"), share("cpu_wait"), headroom,
-                       wall, applied, history, trx_bytes, inside)
+                       wall, applied, history, trx_bytes, inside, purge_share)
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,7 +499,8 @@ def _hold(fails: int) -> int:
     return min(MAX_HOLD_WINDOWS, HOLD_WINDOWS << min(fails, 8))
 
 
-def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: float | None) -> float:
+def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: float | None,
+               share: float | None = None) -> float:
     """Relay-log bytes a second of apply that purge has not kept up with since the probes
     started: work they pushed onto purge, not work done. A catch-up that leaves purge far
     behind ends sooner and costs the replica more after it (update_k with probes held
@@ -505,10 +510,23 @@ def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: floa
     probing on, on the lowest of the last PURGE_READINGS readings: 4 s in, that was
     360-670 a second for insert's probes (which pay), 550-810 for update_pk's (cheap to
     purge: they still pay), 1,150-1,650 for update_k's later tries (2,000-2,500 by 8 s).
-    0 when anything of it is unknown or purge kept up."""
+    0 when anything of it is unknown or purge kept up.
+
+    Only ``share`` of it is work (see _purged): the history counts every transaction,
+    and an UPDATE of columns in no index leaves purge no index entry to remove."""
     if span < PURGE_SPAN or not recent:
         return 0.0
-    return _growth_bytes(gate.history_from, min(recent), span, trx_bytes)
+    return _growth_bytes(gate.history_from, min(recent), span, trx_bytes) * _purged(share)
+
+
+def _purged(share: float | None) -> float:
+    """What part of the history's growth is work for purge: the share of the row changes
+    behind it that leave index entries to remove (UPDATEs that move one, DELETEs; see
+    MOVING_SHARE). The rest (UPDATEs in place, INSERTs) leaves old row versions whose
+    undo purge frees without reading an index. Counting those as debt shut a range-UPDATE
+    catch-up that ran 1.7x: 264 KiB/s "left to purge", its history after the catch-up
+    no longer than cold's. Unknown: all of it."""
+    return 1.0 if share is None else min(1.0, max(0.0, share))
 
 
 def _growth_bytes(start: int | None, end: int | None, seconds: float, trx_bytes: float | None) -> float:
@@ -676,12 +694,12 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         return replace(gate, judged=(wall, done), history_recent=recent)
     rate = done / wall
     span = gate.since_base + wall
-    debt = purge_debt(gate, recent, span, w.trx_bytes)
+    debt = purge_debt(gate, recent, span, w.trx_bytes, w.purge_share)
     if span < PURGE_SPAN:
         # Too early to judge purge on its lowest readings; but where what it left in
         # just these seconds already makes the probes lose, a try need not run on:
         # update_k's tries otherwise ran 5-7 s, and each cost the catch-up more than that.
-        early = _growth_bytes(gate.history_mark, w.history, wall, w.trx_bytes)
+        early = _growth_bytes(gate.history_mark, w.history, wall, w.trx_bytes) * _purged(w.purge_share)
         if early and rate - early < gate.rate_before:
             debt = early
     left = f", {_rate(debt)} of it left to purge" if debt else ""

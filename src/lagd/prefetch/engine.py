@@ -243,6 +243,9 @@ class PrefetchEngine:
         # The batcher's (rows, moving, deletes) when the gate last opened on a measurement: a try's
         # first rows are judged by what kind they are (control.moved_entries). None: no try.
         self._try_from: tuple[int, int, int] | None = None
+        # ... and kept while the probes run on: what kind of changes purge's history since
+        # the gate opened holds (control.purge_debt). None: the gate is shut.
+        self._purge_from: tuple[int, int, int] | None = None
         self._history_at = 0.0
         self._history_readable = True
         # Probe sessions the replica's free connection slots allow (control.connection_budget);
@@ -464,6 +467,14 @@ class PrefetchEngine:
         if isinstance(rows, int) and isinstance(moving, int) and isinstance(deletes, int):
             return rows, moving, deletes
         return None
+
+    def _purge_share(self) -> float | None:
+        """Of the row changes read since the gate opened, the share that leave purge index
+        entries to remove; None: too few to tell, or not counted."""
+        start, now = self._purge_from, self._move_counts()
+        if start is None or now is None or now[0] - start[0] < control.MOVING_ROWS:
+            return None
+        return (now[1] - start[1] + now[2] - start[2]) / (now[0] - start[0])
 
     def _moving_check(self, start: tuple[int, int, int]) -> None:
         """Right after a read, not at the next gate check: a try on row changes that leave purge
@@ -978,7 +989,8 @@ class PrefetchEngine:
             return
         span = sum(window.values()) / len(mon.threads)
         w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied,
-                                 self._history(now), self._trx_bytes or None, self._head_big(now))
+                                 self._history(now), self._trx_bytes or None, self._head_big(now),
+                                 self._purge_share())
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
         self._move_gate(before, control.stall_gate(before, w, prefetching=probed > 0))
@@ -989,9 +1001,11 @@ class PrefetchEngine:
             self._gate_shut_in_window = True
         if after.open and after.rate_before is not None and after.since_base == 0:
             if not before.open:
-                self._try_from = self._move_counts()
+                self._try_from = self._purge_from = self._move_counts()
         else:
             self._try_from = None  # shut, unmeasured, or shown to pay: no try to judge
+        if not after.open:
+            self._purge_from = None
         if after.open != before.open:
             log.info("prefetch gate: %s", after.reason)
             if not after.open:

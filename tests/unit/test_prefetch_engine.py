@@ -392,3 +392,22 @@ def test_the_leads_page_budget_counts_a_probes_pages_where_a_row_is_more_than_on
     assert (eng._lead_pages, eng._by_seq[5].probed, eng.counters.rows_probed) == (28, 28, 20)
     eng._on_done(Probe(rows=4, pages=12), (5, 0), Outcome("error", 0, 0.01))
     assert (eng._lead_pages, eng._by_seq[5].probed) == (16, 16)
+
+
+def test_the_purge_share_counts_the_changes_read_since_the_gate_opened_until_it_shuts() -> None:
+    eng = engine([100.0])
+    counts = SimpleNamespace(rows=1_000, moving=900, deletes=100)  # before: update_k-like
+    eng.batcher = counts  # type: ignore[assignment]
+    shut = control.Gate(False, "measuring", None, True)
+    opened = control.Gate(True, "prefetching", 0.5, True, rate_before=1000.0)
+    eng._move_gate(shut, opened)
+    assert eng._purge_share() is None  # nothing read since
+    counts.rows, counts.moving, counts.deletes = 1_400, 1_000, 120  # 400 more: 100 move, 20 deleted
+    assert eng._purge_share() == pytest.approx(0.3)
+    # The try paid: the moved_entries check is done, the share still counts from the opening.
+    eng._move_gate(opened, control.Gate(True, "pays", 0.5, True, rate_before=1000.0, since_base=3.0))
+    counts.rows = 1_800
+    assert eng._purge_share() == pytest.approx(0.15)
+    eng.pool.drop_queued = lambda: 0  # type: ignore[attr-defined]
+    eng._move_gate(opened, shut)
+    assert eng._purge_share() is None

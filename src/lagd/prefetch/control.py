@@ -523,9 +523,9 @@ def _purged(share: float | None) -> float:
     """What part of the history's growth is work for purge: the share of the row changes
     behind it that leave index entries to remove (UPDATEs that move one, DELETEs; see
     MOVING_SHARE). The rest (UPDATEs in place, INSERTs) leaves old row versions whose
-    undo purge frees without reading an index. Counting those as debt shut a range-UPDATE
-    catch-up that ran 1.7x: 264 KiB/s "left to purge", its history after the catch-up
-    no longer than cold's. Unknown: all of it."""
+    undo purge frees without reading an index. Counting those as debt shut a try on range
+    UPDATEs applying 864 KiB/s of relay log against 657 alone: 264 "left to purge", and
+    the history after that catch-up was no longer than its cold twin's. Unknown: all of it."""
     return 1.0 if share is None else min(1.0, max(0.0, share))
 
 

@@ -32,7 +32,7 @@ from lagd.config import PrefetchSettings
 from lagd.daemon.collect import HUNG_FIX
 from lagd.daemon.http import readiness
 from lagd.daemon.main import STOP_BUDGET, YOUNG_GC_THRESHOLD, loop_factory, run_async, tune_gc
-from lagd.daemon.runtime import Prefetcher, Runtime, counted_down, overdue, restart_reason, withhold
+from lagd.daemon.runtime import Clock, Prefetcher, Runtime, counted_down, overdue, restart_reason, withhold
 from lagd.errors import LagdError, NotAReplicaError
 from lagd.lag import LagMethod, ReplicaState
 from lagd.mysql.errors import DatabaseError, Kind
@@ -307,6 +307,21 @@ async def test_no_idle_before_the_reader_has_read_once() -> None:
     rt, _ = runtime()
     r = await rt.poll_once()  # the relay task has not opened the relay log yet
     assert r.state is ReplicaState.UNKNOWN and r.sbm.seconds is None
+
+
+@pytest.mark.asyncio
+async def test_a_backlog_unknown_for_a_minute_is_said_once_with_where_the_reader_stands(
+        caplog: pytest.LogCaptureFixture) -> None:
+    rt, _ = runtime()  # no relay task: the relay log is never read
+    now = [1000.0]
+    rt.clock = Clock(mono=lambda: now[0])
+    with caplog.at_level(logging.WARNING):
+        for t in (1000.0, 1030.0, 1061.0, 1100.0):
+            now[0] = t
+            assert (await rt.poll_once()).state is ReplicaState.UNKNOWN
+    assert [m for m in caplog.messages if "unknown for" in m] == [
+        "the backlog has been unknown for 61 s while the replica answers: the relay log is not read yet;"
+        " no look-ahead reader, generation 0 (-1 known), relay-log task ended"]
 
 
 def test_restart_reason_table() -> None:

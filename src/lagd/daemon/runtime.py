@@ -68,6 +68,10 @@ RELAY_RETRY = 5.0  # at most this many seconds between attempts to (re)open the 
 RETRY_RESET = 30.0  # a subsystem that ran this long before failing starts its retries short again
 ADVISOR_EVERY = 30.0
 READ_CHUNK = 1 << 20  # bytes the look-ahead decodes before it yields to the loop
+# The backlog unknown this long while the replica answers is said once in the log, with
+# where the look-ahead reader stands: once (2026-11-28) a fault test saw it unknown for
+# 90 s after a kill -9 and restart, and nothing said why.
+UNKNOWN_WARN = 60.0
 
 
 # ----- the collaborators ------------------------------------------------------------
@@ -309,6 +313,8 @@ class Runtime:
         self._known_gen = -1
         self._unknown_why = "the relay log is not read yet"
         self._poll_began: float | None = None  # monotonic start of the poll in flight
+        self._unknown_since: float | None = None  # monotonic start of the backlog withheld, if it is
+        self._unknown_said = False
 
     # ----- lifecycle ------------------------------------------------------
 
@@ -427,12 +433,30 @@ class Runtime:
             trust_sbm=not settling, inside_big=inside, stall_remaining=ahead))
         if settling and cur.status is not None:
             reading = withhold(reading, self._unknown_why)
+            self._unknown_for(t0)
+        else:
+            self._unknown_since, self._unknown_said = None, False
         self.lag = reading
         self.advisor.observe_rates(reading, self.backlog)
         if cur.status is not None and not self.ready:
             self.ready = True
             self.on_ready()
         return reading
+
+    def _unknown_for(self, now: float) -> None:
+        """Say once when the backlog stays withheld UNKNOWN_WARN seconds, and what the reader is doing."""
+        if self._unknown_since is None:
+            self._unknown_since = now
+        if self._unknown_said or now - self._unknown_since < UNKNOWN_WARN:
+            return
+        self._unknown_said = True
+        r, task = self._reader, self._tasks.get("relay")
+        where = ("no look-ahead reader" if r is None else
+                 f"the look-ahead reader at {r.position} (at the tail: {r.at_tail}, synced: {r.synced})")
+        log.warning("the backlog has been unknown for %.0f s while the replica answers: %s; %s,"
+                    " generation %d (%d known), relay-log task %s", now - self._unknown_since,
+                    self._unknown_why, where, self._gen, self._known_gen,
+                    "ended" if task is None or task.done() else "running")
 
     async def _count_inside(self) -> None:
         """InnoDB's count of the rows the SQL thread has changed inside the big

@@ -512,29 +512,28 @@ def purge_debt(gate: Gate, recent: tuple[int, ...], span: float, trx_bytes: floa
     purge: they still pay), 1,150-1,650 for update_k's later tries (2,000-2,500 by 8 s).
     0 when anything of it is unknown or purge kept up.
 
-    Only ``share`` of it is work (see _purged): the history counts every transaction,
+    Only ``share`` of it is work (see _growth_bytes): the history counts every transaction,
     and an UPDATE of columns in no index leaves purge no index entry to remove."""
     if span < PURGE_SPAN or not recent:
         return 0.0
-    return _growth_bytes(gate.history_from, min(recent), span, trx_bytes) * _purged(share)
+    return _growth_bytes(gate.history_from, min(recent), span, trx_bytes, share)
 
 
-def _purged(share: float | None) -> float:
-    """What part of the history's growth is work for purge: the share of the row changes
-    behind it that leave index entries to remove (UPDATEs that move one, DELETEs; see
-    MOVING_SHARE). The rest (UPDATEs in place, INSERTs) leaves old row versions whose
-    undo purge frees without reading an index. Counting those as debt shut a try on range
-    UPDATEs applying 864 KiB/s of relay log against 657 alone: 264 "left to purge", and
-    the history after that catch-up was no longer than its cold twin's. Unknown: all of it."""
-    return 1.0 if share is None else min(1.0, max(0.0, share))
+def _growth_bytes(start: int | None, end: int | None, seconds: float, trx_bytes: float | None,
+                  share: float | None = None) -> float:
+    """The history's growth a second between two readings, in relay-log bytes of work for
+    purge (0: not known or not grown).
 
-
-def _growth_bytes(start: int | None, end: int | None, seconds: float, trx_bytes: float | None) -> float:
-    """The history's growth a second between two readings, in relay-log bytes (0: not known
-    or not grown)."""
+    Of the work, ``share``: that of the row changes behind the growth that leave index
+    entries to remove (UPDATEs that move one, DELETEs; see MOVING_SHARE). The rest
+    (UPDATEs in place, INSERTs) leaves old row versions whose undo purge frees without
+    reading an index. Counting those as debt shut a try on range UPDATEs applying 864
+    KiB/s of relay log against 657 alone: 264 "left to purge", and the history after
+    that catch-up was no longer than its cold twin's. Unknown (None): all of it."""
     if start is None or end is None or seconds <= 0 or not trx_bytes or end - start < PURGE_MIN_TRX:
         return 0.0
-    return (end - start) / seconds * trx_bytes
+    work = 1.0 if share is None else min(1.0, max(0.0, share))
+    return (end - start) / seconds * trx_bytes * work
 
 
 def purge_behind(history_from: int | None, history: int | None) -> str | None:
@@ -699,7 +698,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # Too early to judge purge on its lowest readings; but where what it left in
         # just these seconds already makes the probes lose, a try need not run on:
         # update_k's tries otherwise ran 5-7 s, and each cost the catch-up more than that.
-        early = _growth_bytes(gate.history_mark, w.history, wall, w.trx_bytes) * _purged(w.purge_share)
+        early = _growth_bytes(gate.history_mark, w.history, wall, w.trx_bytes, w.purge_share)
         if early and rate - early < gate.rate_before:
             debt = early
     left = f", {_rate(debt)} of it left to purge" if debt else ""

@@ -240,12 +240,11 @@ class PrefetchEngine:
         self._changebuf_warned = False
         self._buffered_ops: frozenset[str] = frozenset()  # mysql.changebuf, as last read
         self._trx_bytes = 0.0  # relay-log bytes a transaction, a moving average; 0: none decoded yet
-        # The batcher's (rows, moving, deletes) when the gate last opened on a measurement: a try's
-        # first rows are judged by what kind they are (control.moved_entries). None: no try.
-        self._try_from: tuple[int, int, int] | None = None
-        # ... and kept while the probes run on: what kind of changes purge's history since
-        # the gate opened holds (control.purge_debt). None: the gate is shut.
-        self._purge_from: tuple[int, int, int] | None = None
+        # The batcher's (rows, moving, deletes) when the gate last opened on a measurement,
+        # kept while it stays open: what kind of changes a try's first rows are
+        # (control.moved_entries, _try_from) and purge's history since holds
+        # (control.purge_debt). None: the gate is shut.
+        self._opened_counts: tuple[int, int, int] | None = None
         self._history_at = 0.0
         self._history_readable = True
         # Probe sessions the replica's free connection slots allow (control.connection_budget);
@@ -447,8 +446,8 @@ class PrefetchEngine:
             # and INSERT probes) is looked up off the loop (information_schema, cached).
             for schema, table, keys in await self._cursor.call(_described, look, tables):
                 self.batcher.learn_table(schema, table, keys)
-        if self._try_from is not None:
-            self._moving_check(self._try_from)
+        if (start := self._try_from) is not None:
+            self._moving_check(start)
 
     def _read_ahead(self, budget: int, look: Callable[[str, str], Any] | None
                     ) -> tuple[list[Any], list[tuple[str, str, Any]]]:
@@ -468,10 +467,17 @@ class PrefetchEngine:
             return rows, moving, deletes
         return None
 
+    @property
+    def _try_from(self) -> tuple[int, int, int] | None:
+        """Where a try not yet judged began (the counts at the gate's opening); None: shut,
+        unmeasured, or shown to pay, no try to judge."""
+        g = self.gate_state
+        return self._opened_counts if g.open and g.rate_before is not None and g.since_base == 0 else None
+
     def _purge_share(self) -> float | None:
         """Of the row changes read since the gate opened, the share that leave purge index
         entries to remove; None: too few to tell, or not counted."""
-        start, now = self._purge_from, self._move_counts()
+        start, now = self._opened_counts, self._move_counts()
         if start is None or now is None or now[0] - start[0] < control.MOVING_ROWS:
             return None
         return (now[1] - start[1] + now[2] - start[2]) / (now[0] - start[0])
@@ -999,13 +1005,10 @@ class PrefetchEngine:
         self.gate_state = after
         if not after.open:
             self._gate_shut_in_window = True
-        if after.open and after.rate_before is not None and after.since_base == 0:
-            if not before.open:
-                self._try_from = self._purge_from = self._move_counts()
-        else:
-            self._try_from = None  # shut, unmeasured, or shown to pay: no try to judge
         if not after.open:
-            self._purge_from = None
+            self._opened_counts = None
+        elif not before.open and after.rate_before is not None and after.since_base == 0:
+            self._opened_counts = self._move_counts()
         if after.open != before.open:
             log.info("prefetch gate: %s", after.reason)
             if not after.open:

@@ -306,7 +306,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     if POOL_PAGES[0]:
         # Which index's pages the pool holds at the end: where a run's extra reads went.
         for r in rep.query("SELECT INDEX_NAME AS i, COUNT(*) AS n FROM information_schema.INNODB_BUFFER_PAGE"
-                           " WHERE TABLE_NAME LIKE '%sbtest1%' GROUP BY INDEX_NAME"):
+                           f" WHERE TABLE_NAME LIKE '%{prefetch_setup.TABLE}%' GROUP BY INDEX_NAME"):
             server_io[f"pool_pages_{r['i']}"] = int(r["n"])
     server_io["stolen_pct"] = round(100 * (busy1[2] - busy0[2]) / max(1e-9, busy1[1] - busy0[1]))
     cpu = snap = None

@@ -196,6 +196,29 @@ def test_range_and_composite_key_statements_share_probes_that_read_by_range(sand
         assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
 
 
+def test_a_batch_of_statements_reads_every_row_each_statement_changes(sandbox: Sandbox, schema: str) -> None:
+    """UPDATEs by a non-unique key, 50 rows a value: a batch of 16 is 800 rows. Its LIMIT
+    is a statement's (rewrite_sql.STATEMENT_ROWS) times its statements; one LIMIT of 256
+    for the batch read the rows of the first five values in index order and none of the rest."""
+    sb = sandbox
+    sb.source.query(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, k INT NOT NULL, c INT NOT NULL,"
+                    " KEY k_1 (k))")
+    sb.source.query(f"INSERT INTO `{schema}`.t SELECT seq, seq % 100, 0 FROM seq_1_to_{ROWS}", db=schema)
+    sb.wait_caught_up(timeout=60)
+    sb.stop_sql_thread()
+    rng = random.Random(3)
+    statements = [f"UPDATE t SET c = c + 1 WHERE k = {rng.randrange(100)}" for _ in range(200)]
+    probes, snap = _probed(sb, schema, statements)
+    print("prefetch:", snap.counters, snap.pool)
+    batches = [p for p in probes if p.schema == schema and p.rows >= 6 and " IN (" in p.sql]
+    assert batches and snap.pool["scans"] == 0 and snap.pool["failed"] == 0, (snap.pool, probes[:2])
+    for p in batches[:3]:
+        got = len(sb.replica().query(p.sql.replace("%%", "%")))
+        assert got == 50 * p.rows, (p.sql, got)
+    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
+    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+
+
 def test_a_statement_probe_reads_what_its_update_reads_off_page_documents_included(
         sandbox: Sandbox, schema: str) -> None:
     """Why a statement probe is ``SELECT *`` even where a row holds a 64 KB document

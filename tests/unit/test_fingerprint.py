@@ -122,8 +122,8 @@ def test_statements_of_one_shape_are_batched_into_an_in_list() -> None:
     got += b.flush()
     assert [p.sql for p in got] == [
         "SELECT * FROM `s`.t WHERE id = 0 LIMIT 256",  # a shape seen once goes the direct way
-        "SELECT * FROM `s`.t WHERE id IN (" + ", ".join(str(i) for i in range(1, 17)) + ") LIMIT 256",
-        "SELECT * FROM `s`.t WHERE id IN (17, 0, 1) LIMIT 256",  # a new batch: 0 and 1 are due again
+        "SELECT * FROM `s`.t WHERE id IN (" + ", ".join(str(i) for i in range(1, 17)) + ") LIMIT 4096",
+        "SELECT * FROM `s`.t WHERE id IN (17, 0, 1) LIMIT 768",  # a new batch: 0 and 1 are due again
     ]
     assert [p.rows for p in got] == [1, 16, 3]
     assert (got[1].kind, got[1].params, got[1].source_time) == ("statement", (), 7)
@@ -152,33 +152,34 @@ def test_in_lists_and_strings_batch_too() -> None:
     b.add(Statement("s", "DELETE FROM t WHERE code = 'b'", 0, 0))
     probes = sorted(b.flush(), key=lambda p: p.sql)
     assert [(p.sql, p.rows) for p in probes] == [
-        ("SELECT * FROM `s`.t WHERE code IN ('a%%', 'b') LIMIT 256", 2),
-        ("SELECT * FROM `s`.t WHERE id IN (1, 2, 3) LIMIT 256", 3),
+        ("SELECT * FROM `s`.t WHERE code IN ('a%%', 'b') LIMIT 512", 2),
+        ("SELECT * FROM `s`.t WHERE id IN (1, 2, 3) LIMIT 512", 3),  # two statements
     ]
 
 
 OR_BATCHES = [
     # (statement with {a}, {b} for two literals, the batch of (1, 10) and (21, 30))
     ("UPDATE t SET c = c + 1 WHERE id BETWEEN {a} AND {b}",
-     "SELECT * FROM `s`.t WHERE (id BETWEEN 1 AND 10) OR (id BETWEEN 21 AND 30) LIMIT 256"),
+     "SELECT * FROM `s`.t WHERE (id BETWEEN 1 AND 10) OR (id BETWEEN 21 AND 30) LIMIT 512"),
     ("DELETE FROM t WHERE id >= {a} AND id < {b}",
-     "SELECT * FROM `s`.t WHERE (id >= 1 AND id < 10) OR (id >= 21 AND id < 30) LIMIT 256"),
+     "SELECT * FROM `s`.t WHERE (id >= 1 AND id < 10) OR (id >= 21 AND id < 30) LIMIT 512"),
     ("UPDATE t SET v = v + 1 WHERE a = {a} AND b = {b}",  # a composite key
-     "SELECT * FROM `s`.t WHERE (a = 1 AND b = 10) OR (a = 21 AND b = 30) LIMIT 256"),
+     "SELECT * FROM `s`.t WHERE (a = 1 AND b = 10) OR (a = 21 AND b = 30) LIMIT 512"),
     ("UPDATE t SET c = 'x%', version = {b} + 1 WHERE id = {a} AND version = {b}",  # optimistic locking
-     "SELECT * FROM `s`.t WHERE (id = 1 AND version = 10) OR (id = 21 AND version = 30) LIMIT 256"),
+     "SELECT * FROM `s`.t WHERE (id = 1 AND version = 10) OR (id = 21 AND version = 30) LIMIT 512"),
     ("UPDATE t SET c = 1 WHERE code BETWEEN '{a}' AND '{b}%'",
-     "SELECT * FROM `s`.t WHERE (code BETWEEN '1' AND '10%%') OR (code BETWEEN '21' AND '30%%') LIMIT 256"),
+     "SELECT * FROM `s`.t WHERE (code BETWEEN '1' AND '10%%') OR (code BETWEEN '21' AND '30%%') LIMIT 512"),
     ("DELETE FROM t WHERE k = {a} AND deleted IS NULL AND id <= {b}",
      "SELECT * FROM `s`.t WHERE (k = 1 AND deleted IS NULL AND id <= 10) OR "
-     "(k = 21 AND deleted IS NULL AND id <= 30) LIMIT 256"),
+     "(k = 21 AND deleted IS NULL AND id <= 30) LIMIT 512"),
 ]
 
 
 @pytest.mark.parametrize(("sql", "batch"), OR_BATCHES)
 def test_flat_conditions_of_one_shape_are_batched_as_an_or(sql: str, batch: str) -> None:
     """Range statements and composite keys: one probe for the batch, each statement
-    counted once; the range optimizer reads each term as a range of the same index."""
+    counted once; the range optimizer reads each term as a range of the same index.
+    The LIMIT is a statement's times the statements: each reads what its own probe would."""
     b = StatementBatcher(16)
     first, _ = b.add(Statement("s", sql.format(a=100, b=200), 0, 0))  # first seen: direct
     direct = rewrite_statement_sql(sql.format(a=100, b=200), "s").probe
@@ -248,7 +249,7 @@ def test_one_table_probes_of_a_document_table_select_isnull_of_its_documents() -
                 "DELETE FROM t WHERE k > 6",  # templated
                 "UPDATE t JOIN u USING (id) SET t.c = 1 WHERE u.id = 4",  # two tables: as it was
                 "DELETE FROM u WHERE id > 7") == [  # no document
-        "SELECT ISNULL(`doc`) FROM `s`.t WHERE id IN (2, 3) LIMIT 256",
+        "SELECT ISNULL(`doc`) FROM `s`.t WHERE id IN (2, 3) LIMIT 512",
         "SELECT ISNULL(`doc`) FROM `s`.t WHERE k > 5 LIMIT 256",
         "SELECT ISNULL(`doc`) FROM `s`.t WHERE k > 6 LIMIT 256",
         "SELECT * FROM `s`.t JOIN `s`.u USING (id) WHERE u.id = 4 LIMIT 256",

@@ -28,6 +28,7 @@ class StubPool:
 class Probe:
     rows: int = 16
     pages: int = 0
+    kind: str = "pk"
 
 
 def engine(clock: list[float], transactions: int = 20) -> PrefetchEngine:
@@ -392,6 +393,23 @@ def test_the_leads_page_budget_counts_a_probes_pages_where_a_row_is_more_than_on
     assert (eng._lead_pages, eng._by_seq[5].probed, eng.counters.rows_probed) == (28, 28, 20)
     eng._on_done(Probe(rows=4, pages=12), (5, 0), Outcome("error", 0, 0.01))
     assert (eng._lead_pages, eng._by_seq[5].probed) == (16, 16)
+
+
+def test_the_leads_page_budget_counts_the_rows_a_statement_probe_found() -> None:
+    """A statement counts as one page when sent (its rows are unknown, up to
+    STATEMENT_ROWS): what its probe found is added when it answers; never taken off."""
+    eng = engine([100.0])
+    eng.pool.submit = lambda probe, tag: True  # type: ignore[attr-defined]
+    eng._pending_seq, eng._pending_row = 5, 0
+    batch, few, rows = Probe(rows=16, kind="statement"), Probe(rows=16, kind="statement"), Probe(rows=16)
+    eng._submit([batch, few, rows])
+    assert (eng._lead_pages, eng._by_seq[5].probed) == (48, 48)
+    eng._on_done(batch, (5, 0), Outcome("ok", 800, 0.01))  # 16 statements of 50 rows
+    eng._on_done(few, (5, 0), Outcome("ok", 3, 0.01))  # most changed no row: counted as sent
+    eng._on_done(rows, (5, 0), Outcome("ok", 16, 0.01))
+    assert (eng._lead_pages, eng._by_seq[5].probed) == (832, 832)
+    eng._on_done(Probe(rows=1, kind="statement"), (99, 0), Outcome("ok", 50, 0.01))  # applied already
+    assert eng._lead_pages == 832
 
 
 def test_the_purge_share_counts_the_changes_read_since_the_gate_opened_until_it_shuts() -> None:

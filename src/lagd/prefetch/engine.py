@@ -273,6 +273,13 @@ class PrefetchEngine:
         if outcome.status != "ok" and trx is not None:
             trx.probed -= probe.pages or probe.rows
             self._lead_pages -= probe.pages or probe.rows
+        elif outcome.status == "ok" and trx is not None and probe.kind == "statement":
+            # A statement was counted as one page when sent, and may read up to
+            # STATEMENT_ROWS rows: what it found is what the lead holds in the pool.
+            more = outcome.rows - (probe.pages or probe.rows)
+            if more > 0:
+                trx.probed += more
+                self._lead_pages += more
         if outcome.status == "error" and getattr(outcome, "kind", None) == Kind.SCHEMA:
             # The definition it was built from is not the replica's: resolve the
             # table again (once, between reads) rather than fail on every row.

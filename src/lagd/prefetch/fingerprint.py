@@ -89,12 +89,12 @@ _MARK = r"(?:'~lagd:\d+~'|97531\d{5}86420)"
 _OWN_LIMIT = r"(?!97531\d{5}86420)\d+"
 _BATCHABLE = re.compile(
     rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<col>{_NAME}(?:\.{_NAME})*)"
-    rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*(?P<limit>LIMIT {_OWN_LIMIT})?", re.I | re.S)
+    rf"\s*(?:=\s*{_MARK}|IN\s*\(\s*{_MARK}\s*\))\s*(?:LIMIT (?P<limit>{_OWN_LIMIT}))?", re.I | re.S)
 # Any other one-table condition, batched as an OR of conditions when it is a flat
 # conjunction (_disjunct): no parentheses (no subquery, function or IN list), and
 # only the rewrite's own LIMIT (a statement's LIMIT is a literal, so a marker).
 _OR_BATCHABLE = re.compile(
-    rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<cond>[^()]+?)\s*(?P<limit>LIMIT {_OWN_LIMIT})?",
+    rf"SELECT \* FROM (?P<refs>[^,()]+?) WHERE (?P<cond>[^()]+?)\s*(?:LIMIT (?P<limit>{_OWN_LIMIT}))?",
     re.I | re.S)
 # What would change an OR of the conditions' meaning or plan ("||" is OR in the
 # default sql_mode); a quoted name that reads as one is refused too, harmlessly.
@@ -190,7 +190,12 @@ class Template:
     schema: str = ""
     table: str = ""
     batch_head: str | None = None  # "SELECT * FROM refs WHERE col IN (" when batchable
-    batch_tail: str = ")"  # what closes the list: ") LIMIT n" (rewrite_sql.STATEMENT_ROWS)
+    batch_tail: str = ")"  # what closes the list, before the LIMIT
+    # The rewrite's own LIMIT a statement (rewrite_sql.STATEMENT_ROWS; 0: none). A batch
+    # reads up to that many rows for each of its statements, as their probes one by one
+    # would: one LIMIT for the whole batch cut it off in index order (16 statements of
+    # 40 rows each: 256 of 640), and the statements whose rows sort last were never read.
+    batch_limit: int = 0
     batch_list: bool = False  # the batched value is an IN list (counts as its values)
     # An OR batch (_OR_BATCHABLE): the condition's text between slots and the literal
     # each slot takes; a statement's value is its condition, bound, in parentheses.
@@ -278,20 +283,21 @@ def build_template(shape: str, lits: tuple[str, ...], strs: tuple[bool, ...], sq
     text = via.probe.sql
     parts, slots = _slotted(text)
     batch_head: str | None = None
-    tail = ")"
+    tail, limit = ")", None
     unit: tuple[tuple[str, ...], tuple[int, ...]] = ((), ())
     b = _BATCHABLE.fullmatch(text)
     o = _OR_BATCHABLE.fullmatch(text) if b is None else None
     if b is not None and len(slots) == 1 and " JOIN " not in b.group("refs").upper():
         batch_head = f"SELECT * FROM {b.group('refs')} WHERE {b.group('col')} IN ("
-        tail = f") {b.group('limit')}" if b.group("limit") else ")"
+        limit = b.group("limit")
     elif o is not None and " JOIN " not in o.group("refs").upper() and _disjunct(o.group("cond")):
         batch_head = f"SELECT * FROM {o.group('refs')} WHERE "
-        tail = f" {o.group('limit')}" if o.group("limit") else ""
+        tail = ""
+        limit = o.group("limit")
         unit = _slotted(o.group("cond"))
     t = Template(None, parts, slots, via.probe.schema, via.probe.table, batch_head, tail,
-                 batch_head is not None and not unit[0] and "," in lits[slots[0]], unit[0], unit[1],
-                 sets=via.sets, deletes=via.deletes, one_table=via.one_table)
+                 int(limit or 0), batch_head is not None and not unit[0] and "," in lits[slots[0]],
+                 unit[0], unit[1], sets=via.sets, deletes=via.deletes, one_table=via.one_table)
     if t.bind(lits) != direct.probe.sql or (t.schema, t.table) != (direct.probe.schema,
                                                                    direct.probe.table):
         return _UNVERIFIED
@@ -404,8 +410,9 @@ class StatementBatcher:
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)
         when = self._times.pop(t, None)
-        sql = self._narrowed(f"{t.batch_head}{t.batch_sep.join(values)}{t.batch_tail}", t.one_table,
-                             t.schema, t.table)
+        limit = f" LIMIT {t.batch_limit * len(values)}" if t.batch_limit else ""
+        sql = self._narrowed(f"{t.batch_head}{t.batch_sep.join(values)}{t.batch_tail}{limit}",
+                             t.one_table, t.schema, t.table)
         return Probe(sql, (), t.schema, t.table, None, sum(values.values()), "statement", covering=False,
                      source_time=when, plan=t.plan)
 

@@ -43,8 +43,10 @@ KINDS = ("pk", "unique", "secondary", "statement")
 # every row it reached in its 500 ms to lagd, which holds a result set whole (a
 # 1,000,000-row range in memory: all of it in 0.3 s, the process 38 -> 331 MB; 39 MB
 # with the LIMIT, MariaDB 10.11), and warmed pages the lead's page budget never
-# counted (a statement counts as one row). 256 rows are 16 batches of
-# row probes; a statement touching more is a big transaction, the advisor's.
+# counted (a statement counts as one row until its probe answers with the rows
+# it found). 256 rows are 16 batches of row probes; a statement touching more is
+# a big transaction, the advisor's. A batch of statements reads up to this many
+# for each (fingerprint.Template.batch_limit).
 STATEMENT_ROWS = 256
 
 

@@ -251,6 +251,17 @@ def _w_update_by_k(cur: Any, ids: Ids) -> int:
     return 1
 
 
+def _w_update_k_range(cur: Any, ids: Ids) -> int:
+    # An UPDATE of the rows of 40 consecutive k values (about one row a value, scattered
+    # over the primary key), as a job by a date or a status writes it: one or two leaves
+    # of k_1 and 40 rows' pages. A batch of 16 such statements is 640 rows, past one
+    # statement's probe bound (rewrite_sql.STATEMENT_ROWS), which it once shared.
+    lo = ids.rng.randint(0, ids.n - 40)
+    cur.execute(f"UPDATE {TABLE} SET c = %s WHERE k BETWEEN %s AND %s",
+                (f"g{ids.rng.random():.12f}", lo, lo + 39))
+    return 40  # its rows, about: the catch-up reads as many pages as update_pk's
+
+
 # A child table whose every row references a row of the big table: InnoDB checks each new
 # row's parent_id in the parent's primary key, a random read the SQL thread makes per INSERT.
 CHILD = "child_fk"
@@ -294,6 +305,9 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
                           _w_update_range),
     "update_by_k_stmt": ("UPDATEs of the rows of a random k value (secondary index), logged as statements",
                          _w_update_by_k),
+    "update_k_range_stmt": ("UPDATEs of the rows of 40 consecutive k values (secondary-index range,"
+                            " about 40 scattered rows), logged as statements (counted as 40 changes)",
+                            _w_update_k_range),
     "update_checked_mixed": ("primary-key UPDATEs that also check a second column (optimistic locking),"
                              " binlog_format=MIXED (logged as statements)", _w_update_checked),
 }
@@ -310,7 +324,7 @@ BINLOG_FORMAT = {"update_doc_stmt": "STATEMENT", "update_pk_stmt": "STATEMENT", 
                  "update_k_stmt": "STATEMENT", "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT",
                  "insert_fk_stmt": "STATEMENT", "oltp_write_mixed": "MIXED",
                  "update_range_stmt": "STATEMENT", "update_by_k_stmt": "STATEMENT",
-                 "update_checked_mixed": "MIXED"}
+                 "update_checked_mixed": "MIXED", "update_k_range_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

@@ -422,3 +422,27 @@ def test_the_c_scanner_leaves_what_needs_backtracking_to_the_expression(sql: str
 
 def test_a_nul_is_never_cut() -> None:
     assert fingerprint("DELETE FROM t WHERE a = '\0'") is None
+
+
+def test_a_shapes_batches_shrink_when_its_probes_are_slow_and_grow_back() -> None:
+    """16 many-row statements a probe ran into the statement timeout (update_k_range_stmt):
+    a shape's batch halves at a timeout or a slow answer, and grows by one a fast one."""
+    b = StatementBatcher(16)
+
+    def batch_sizes(n: int) -> list[int]:
+        got = []
+        for i in range(n):
+            got += b.add(Statement("s", f"UPDATE t SET c = 1 WHERE k BETWEEN {i} AND {i + 39}", 0, 0))[0]
+        return [p.rows for p in got + b.flush()]
+
+    first = batch_sizes(33)
+    assert first == [1, 16, 16]  # the first goes the direct way
+    plan = b._templates[next(iter(b._templates))].plan
+    other = "s\0UPDATE t SET c = ? WHERE id = ?"
+    b.answered(plan, "timeout", 0.5)
+    b.answered(plan, "ok", 0.3)
+    b.answered(other, "timeout", 0.5)  # another shape's probes size its own batches
+    assert batch_sizes(8) == [4, 4]
+    for _ in range(3):
+        b.answered(plan, "ok", 0.01)
+    assert batch_sizes(14) == [7, 7]

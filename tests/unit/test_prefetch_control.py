@@ -179,3 +179,19 @@ def test_a_statement_probe_whose_literals_hold_a_semicolon_or_into_is_sent() -> 
               *b.flush()]
     assert len(probes) == 2
     assert [refuse_reason(p.sql) for p in probes] == [None, None]
+
+
+@pytest.mark.parametrize(("size", "status", "seconds", "expected", "why"), [
+    (16, "timeout", 0.5, 8, "timed out"),
+    (1, "timeout", 0.5, 1, "timed out"),  # never below one statement a probe
+    (16, "ok", 0.3, 8, "took 300 ms"),  # slower than SLOW_PROBE
+    (16, "ok", 0.03, 16, "16 statements"),  # fast, at the most already
+    (8, "ok", 0.03, 9, "took 30 ms: 9"),  # fast: one more
+    (8, "ok", 0.07, 8, "8 statements"),  # between half SLOW_PROBE and SLOW_PROBE: kept
+    (8, "error", 0.0, 8, "error"),  # a failure says nothing of the batch's cost
+    (8, "dropped", 0.0, 8, "dropped"),
+])
+def test_a_statement_shapes_batch_follows_its_probes_answers(size: int, status: str, seconds: float,
+                                                             expected: int, why: str) -> None:
+    got, reason = control.statement_batch(size, 16, status, seconds)
+    assert got == expected and why in reason, reason

@@ -429,3 +429,16 @@ def test_the_purge_share_counts_the_changes_read_since_the_gate_opened_until_it_
     eng.pool.drop_queued = lambda: 0  # type: ignore[attr-defined]
     eng._move_gate(opened, shut)
     assert eng._purge_share() is None
+
+
+def test_a_statement_probes_answer_sizes_its_shapes_next_batches() -> None:
+    heard: list[tuple[object, str, float]] = []
+    batcher = SimpleNamespace(statements=SimpleNamespace(answered=lambda *a: heard.append(a)))
+    limits = control.limits_for(10, 1000, 64 << 20, 30.0, 256 << 20, 0.25)
+    tuning = control.Tuning(10, 1000, 4, 8, adaptive=True)
+    eng = PrefetchEngine(reader=None, monitor=None, pool=StubPool(), batcher=batcher,  # type: ignore[arg-type]
+                         limits=limits, tuning=tuning, clock=lambda: 0.0)
+    shape = SimpleNamespace(rows=16, pages=0, kind="statement", plan="s\0UPDATE t SET c = ? WHERE k = ?")
+    eng._on_done(shape, (1, 0), Outcome("timeout", 0, 0.5))
+    eng._on_done(Probe(), (1, 0), Outcome("ok", 16, 0.01))  # a row probe: not a shape's
+    assert heard == [("s\0UPDATE t SET c = ? WHERE k = ?", "timeout", 0.5)]

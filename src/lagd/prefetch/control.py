@@ -266,6 +266,33 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
     return state
 
 
+# ----- statements a probe: a shape's batch by its probes' answers ---------------------
+
+# A batch of statements reads what each of them would (rewrite_sql.STATEMENT_ROWS a
+# statement), so its cost is unknown until it answers: 16 ranges of 10 consecutive
+# rows answered in 22-28 ms (update_range_stmt), 16 UPDATEs of 40 rows scattered by a
+# secondary index read 640 pages, and 107 of 112 such probes ran into the 500 ms
+# statement timeout while the SQL thread's own reads queued behind them (it applied
+# 15 KiB/s of relay log against 19 before: update_k_range_stmt). A shape whose probes
+# answer slower than SLOW_PROBE, or time out, gets half the statements a batch; one
+# answering within half of it gets one more, up to the row probes' keys a probe.
+SLOW_PROBE = 0.1
+
+
+def statement_batch(size: int, most: int, status: str, seconds: float) -> tuple[int, str]:
+    """The statements a probe of one shape takes next, after one of its probes answered."""
+    if status == "timeout":
+        return max(1, size // 2), f"a probe of {size} statements timed out: {max(1, size // 2)} a probe"
+    if status != "ok":
+        return size, f"a probe {status}: {size} statements a probe, as before"
+    if seconds > SLOW_PROBE:
+        return max(1, size // 2), (f"a probe of {size} statements took {seconds * 1000:.0f} ms:"
+                                   f" {max(1, size // 2)} a probe")
+    if seconds <= SLOW_PROBE / 2 and size < most:
+        return size + 1, f"a probe of {size} statements took {seconds * 1000:.0f} ms: {size + 1} a probe"
+    return min(size, most), f"{min(size, most)} statements a probe"
+
+
 # ----- connection slots: the replica's other clients come first ----------------------
 
 # Probe sessions take connection slots the replica's own clients may need: at

@@ -154,6 +154,8 @@ class PrefetchEngine:
         self.monitor = monitor
         self.pool = pool
         self.batcher = batcher
+        statements = getattr(batcher, "statements", None)  # a shape's batches follow its probes
+        self._answered = getattr(statements, "answered", None)
         self.limits = limits
         self.tuning = tuning
         self.window_seconds = window_seconds
@@ -270,6 +272,8 @@ class PrefetchEngine:
                 self.counters.in_time += 1
             else:
                 self.counters.late += 1
+        if probe.kind == "statement" and self._answered is not None:
+            self._answered(probe.plan, outcome.status, outcome.seconds)
         if outcome.status != "ok" and trx is not None:
             trx.probed -= probe.pages or probe.rows
             self._lead_pages -= probe.pages or probe.rows

@@ -53,6 +53,7 @@ from their second statement on.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections import Counter
@@ -60,9 +61,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from lagd.prefetch.control import statement_batch
 from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql
 from lagd.relaylog.events import Statement
+
+log = logging.getLogger(__name__)
 
 _SCAN = re.compile(
     # Where none of the alternatives can start, one character-class test instead of
@@ -330,6 +334,10 @@ class StatementBatcher:
         self._once: dict[tuple[str, str | None], None] = {}
         self._waiting: dict[Template, dict[str, int]] = {}  # batchable shapes: value -> keys in it
         self._times: dict[Template, int] = {}
+        # Statements a probe, by shape (Template.plan), as its probes answer
+        # (control.statement_batch); the loop writes, the cursor's thread reads: a
+        # size one batch late is harmless.
+        self._sizes: dict[str | None, int] = {}
         self.stats: Counter[str] = Counter()  # template hits, misses, unverified shapes
 
     def reset(self) -> None:
@@ -375,9 +383,19 @@ class StatementBatcher:
             self._times[t] = stmt.header_time
         value = t.batch_value(lits)
         values[value] = value.count(",") + 1 if t.batch_list else 1
-        if len(values) >= self.max_keys:
+        if len(values) >= self._sizes.get(t.plan, self.max_keys):
             return [self._emit(t)], None
         return [], None
+
+    def answered(self, plan: str | None, status: str, seconds: float) -> None:
+        """A probe of shape ``plan`` answered: the next batches of it are sized by that."""
+        size = self._sizes.get(plan, self.max_keys)
+        new, why = statement_batch(size, self.max_keys, status, seconds)
+        if new != size:
+            log.debug("statement shape %r: %s", plan, why)
+        if len(self._sizes) >= _CACHE_LIMIT and plan not in self._sizes:
+            self._sizes.clear()  # one-off shapes (direct probes name theirs by the text)
+        self._sizes[plan] = new
 
     def flush(self) -> list[Probe]:
         return [self._emit(t) for t in list(self._waiting)] + self.inserts.flush()

@@ -67,15 +67,20 @@ def workload(seed: int) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("fmt", ["STATEMENT", "MIXED"])
-def test_statement_backlog_is_probed_and_the_data_stays_identical(sandbox: Sandbox, schema: str,
-                                                                    fmt: str) -> None:
-    sb = sandbox
+def _table(sb: Sandbox, schema: str) -> None:
+    """t: ROWS rows, k = id % 100 (ROWS / 100 rows a k value), on both servers; the SQL thread stopped."""
     sb.source.query(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, k INT NOT NULL, c INT NOT NULL,"
                     " s VARCHAR(40) NOT NULL DEFAULT '', KEY k_1 (k))")
     sb.source.query(f"INSERT INTO `{schema}`.t SELECT seq, seq % 100, 0, '' FROM seq_1_to_{ROWS}", db=schema)
     sb.wait_caught_up(timeout=60)
     sb.stop_sql_thread()
+
+
+@pytest.mark.parametrize("fmt", ["STATEMENT", "MIXED"])
+def test_statement_backlog_is_probed_and_the_data_stays_identical(sandbox: Sandbox, schema: str,
+                                                                    fmt: str) -> None:
+    sb = sandbox
+    _table(sb, schema)
     try:
         write(sb, schema, fmt, ["UPDATE t SET c = c + 1 WHERE id = 1", *workload(7)])
         wait_received(sb)
@@ -201,11 +206,7 @@ def test_a_batch_of_statements_reads_every_row_each_statement_changes(sandbox: S
     is a statement's (rewrite_sql.STATEMENT_ROWS) times its statements; one LIMIT of 256
     for the batch read the rows of the first five values in index order and none of the rest."""
     sb = sandbox
-    sb.source.query(f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, k INT NOT NULL, c INT NOT NULL,"
-                    " KEY k_1 (k))")
-    sb.source.query(f"INSERT INTO `{schema}`.t SELECT seq, seq % 100, 0 FROM seq_1_to_{ROWS}", db=schema)
-    sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
+    _table(sb, schema)
     rng = random.Random(3)
     statements = [f"UPDATE t SET c = c + 1 WHERE k = {rng.randrange(100)}" for _ in range(200)]
     probes, snap = _probed(sb, schema, statements)

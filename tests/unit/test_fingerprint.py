@@ -446,3 +446,6 @@ def test_a_shapes_batches_shrink_when_its_probes_are_slow_and_grow_back() -> Non
     for _ in range(3):
         b.answered(plan, "ok", 0.01)
     assert batch_sizes(14) == [7, 7]
+    for i in range(5000):  # one-off texts, probed directly: they size nothing, and clear nothing
+        b.answered(f"s\0DELETE FROM t WHERE id = {i}", "timeout", 0.5)
+    assert batch_sizes(14) == [7, 7]

@@ -334,10 +334,10 @@ class StatementBatcher:
         self._once: dict[tuple[str, str | None], None] = {}
         self._waiting: dict[Template, dict[str, int]] = {}  # batchable shapes: value -> keys in it
         self._times: dict[Template, int] = {}
-        # Statements a probe, by shape (Template.plan), as its probes answer
-        # (control.statement_batch); the loop writes, the cursor's thread reads: a
-        # size one batch late is harmless.
-        self._sizes: dict[str | None, int] = {}
+        # Statements a probe of each batching template (by Template.plan), as its probes
+        # answer (control.statement_batch); kept and cleared with the templates. The loop
+        # writes, the cursor's thread reads: a size one batch late is harmless.
+        self._sizes: dict[str, int] = {}
         self.stats: Counter[str] = Counter()  # template hits, misses, unverified shapes
 
     def reset(self) -> None:
@@ -362,8 +362,11 @@ class StatementBatcher:
             self.stats["shapes"] += 1
             if len(self._templates) >= _CACHE_LIMIT:
                 self._templates.clear()
+                self._sizes.clear()
             t = build_template(shape, lits, strs, stmt.sql, stmt.schema)
             t = self._templates[key] = replace(t, plan=_plan_key(key))
+            if t.batch_head is not None and t.plan is not None:
+                self._sizes[t.plan] = self.max_keys
         if t.refusal is not None:
             return [], t.refusal
         if not t.verified:
@@ -388,14 +391,16 @@ class StatementBatcher:
         return [], None
 
     def answered(self, plan: str | None, status: str, seconds: float) -> None:
-        """A probe of shape ``plan`` answered: the next batches of it are sized by that."""
-        size = self._sizes.get(plan, self.max_keys)
+        """A probe of shape ``plan`` answered: the next batches of it are sized by that.
+        A probe of no batching template (a direct one names its shape or its text) sizes
+        nothing."""
+        size = self._sizes.get(plan) if plan is not None else None
+        if size is None:
+            return
         new, why = statement_batch(size, self.max_keys, status, seconds)
         if new != size:
             log.debug("statement shape %r: %s", plan, why)
-        if len(self._sizes) >= _CACHE_LIMIT and plan not in self._sizes:
-            self._sizes.clear()  # one-off shapes (direct probes name theirs by the text)
-        self._sizes[plan] = new
+            self._sizes[plan] = new
 
     def flush(self) -> list[Probe]:
         return [self._emit(t) for t in list(self._waiting)] + self.inserts.flush()

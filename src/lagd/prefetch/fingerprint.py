@@ -337,7 +337,7 @@ class StatementBatcher:
         # Statements a probe of each batching template (by Template.plan), as its probes
         # answer (control.statement_batch); kept and cleared with the templates. The loop
         # writes, the cursor's thread reads: a size one batch late is harmless.
-        self._sizes: dict[str, int] = {}
+        self._sizes: dict[str | None, int] = {}
         self.stats: Counter[str] = Counter()  # template hits, misses, unverified shapes
 
     def reset(self) -> None:
@@ -365,7 +365,7 @@ class StatementBatcher:
                 self._sizes.clear()
             t = build_template(shape, lits, strs, stmt.sql, stmt.schema)
             t = self._templates[key] = replace(t, plan=_plan_key(key))
-            if t.batch_head is not None and t.plan is not None:
+            if t.batch_head is not None:
                 self._sizes[t.plan] = self.max_keys
         if t.refusal is not None:
             return [], t.refusal
@@ -394,7 +394,7 @@ class StatementBatcher:
         """A probe of shape ``plan`` answered: the next batches of it are sized by that.
         A probe of no batching template (a direct one names its shape or its text) sizes
         nothing."""
-        size = self._sizes.get(plan) if plan is not None else None
+        size = self._sizes.get(plan)
         if size is None:
             return
         new, why = statement_batch(size, self.max_keys, status, seconds)

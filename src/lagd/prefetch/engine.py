@@ -154,8 +154,6 @@ class PrefetchEngine:
         self.monitor = monitor
         self.pool = pool
         self.batcher = batcher
-        statements = getattr(batcher, "statements", None)  # a shape's batches follow its probes
-        self._answered = getattr(statements, "answered", None)
         self.limits = limits
         self.tuning = tuning
         self.window_seconds = window_seconds
@@ -272,24 +270,29 @@ class PrefetchEngine:
                 self.counters.in_time += 1
             else:
                 self.counters.late += 1
-        if probe.kind == "statement" and self._answered is not None:
-            self._answered(probe.plan, outcome.status, outcome.seconds)
         if outcome.status != "ok" and trx is not None:
             trx.probed -= probe.pages or probe.rows
             self._lead_pages -= probe.pages or probe.rows
-        elif outcome.status == "ok" and trx is not None and probe.kind == "statement":
-            # A statement was counted as one page when sent, and may read up to
-            # STATEMENT_ROWS rows: what it found is what the lead holds in the pool.
-            more = outcome.rows - (probe.pages or probe.rows)
-            if more > 0:
-                trx.probed += more
-                self._lead_pages += more
+        if probe.kind == "statement":
+            self._statement_answered(probe, trx, outcome)
         if outcome.status == "error" and getattr(outcome, "kind", None) == Kind.SCHEMA:
             # The definition it was built from is not the replica's: resolve the
             # table again (once, between reads) rather than fail on every row.
             self.counters.schema_errors += 1
             self.gate.schema_errors += 1
             self._schema_stale.add(f"{probe.schema}.{probe.table}")
+
+    def _statement_answered(self, probe: Any, trx: _Trx | None, outcome: Outcome) -> None:
+        """A statement probe's answer sizes its shape's next batches; and a statement,
+        counted as one page when sent, may read up to STATEMENT_ROWS rows: what it found
+        is what the lead holds in the pool."""
+        answered = getattr(getattr(self.batcher, "statements", None), "answered", None)
+        if answered is not None:
+            answered(probe.plan, outcome.status, outcome.seconds)
+        more = outcome.rows - (probe.pages or probe.rows)
+        if outcome.status == "ok" and trx is not None and more > 0:
+            trx.probed += more
+            self._lead_pages += more
 
     @property
     def sql_running(self) -> bool | None:

@@ -85,16 +85,21 @@ def _table(sb: Sandbox, schema: str) -> None:
 
 
 def test_the_sql_threads_row_update_reads_the_rows_documents(sandbox: Sandbox, schema: str) -> None:
-    """50 row UPDATEs logged with the key alone: applied to rows with 64 KB documents
-    they cost the SQL thread about four page requests a row more than on rows whose
-    short document is in line."""
+    """Row UPDATEs logged with the key alone: applied to rows with 64 KB documents they
+    cost the SQL thread about four page requests a row more than on rows whose short
+    document is in line (420 against 181 for 50 rows on an idle sandbox)."""
     sb = sandbox
     _table(sb, schema)
+    # Every row of each kind (150), so that the documents' pages (about 600) stand well
+    # above what the server's own work adds to the global count now and then: CI once
+    # counted 306 for 50 in-line rows (181 alone), the least of three, after _quiet.
+    rows = ROWS // 2
     costs: dict[str, int] = {}
-    for _ in range(3):  # the least of three applies each, alternated: purge adds to the count now and then
-        for name, parity in (("in line", 1), ("off-page", 0)):
+    kinds = [("in line", 1), ("off-page", 0)]
+    for round_ in range(3):  # the least of three applies each, alternated, each kind first in turn
+        for name, parity in kinds if round_ % 2 == 0 else kinds[::-1]:
             sb.stop_sql_thread()
-            ids = [2 * i + 2 - parity for i in range(50)]
+            ids = [2 * i + 2 - parity for i in range(rows)]
             _write(sb, schema, [f"UPDATE docs SET c = c + 1 WHERE id = {i}" for i in ids])
             wait_received(sb)
             _quiet(sb)
@@ -103,8 +108,9 @@ def test_the_sql_threads_row_update_reads_the_rows_documents(sandbox: Sandbox, s
             sb.wait_caught_up(timeout=60)
             got = _requests(sb) - before
             costs[name] = min(costs.get(name, got), got)
-    print("page requests of the SQL thread for 50 row UPDATEs:", costs)
-    assert costs["off-page"] - costs["in line"] >= 50 * 3, costs
+    print(f"page requests of the SQL thread for {rows} row UPDATEs:", costs)
+    # Two of the document's four pages a row at least: the claim is that they are read.
+    assert costs["off-page"] - costs["in line"] >= rows * 2, costs
 
 
 def test_clustered_probes_of_a_document_table_read_the_documents(sandbox: Sandbox, schema: str) -> None:

@@ -9,7 +9,14 @@ from types import SimpleNamespace
 import pytest
 from test_rewrite_sql import ACCEPTED, REFUSED
 
-from lagd.prefetch.fingerprint import SCAN_C, StatementBatcher, build_template, fingerprint, fingerprint_py
+from lagd.prefetch.fingerprint import (
+    SCAN_C,
+    ShapeFlights,
+    StatementBatcher,
+    build_template,
+    fingerprint,
+    fingerprint_py,
+)
 from lagd.prefetch.inserts import TableKeys
 from lagd.prefetch.rewrite_sql import rewrite_statement_sql
 from lagd.relaylog import Statement
@@ -449,3 +456,30 @@ def test_a_shapes_batches_shrink_when_its_probes_are_slow_and_grow_back() -> Non
     for i in range(5000):  # one-off texts, probed directly: they size nothing, and clear nothing
         b.answered(f"s\0DELETE FROM t WHERE id = {i}", "timeout", 0.5)
     assert batch_sizes(14) == [7, 7]
+
+
+def test_a_shapes_probes_out_are_counted_to_every_answer_and_one_offs_forget_the_oldest() -> None:
+    f: ShapeFlights[int] = ShapeFlights(limit=100, hold=3)
+    shape = "s\0UPDATE t SET c = ? WHERE k BETWEEN ? AND ?"
+    assert f.offer(shape, 0) == "send"
+    f.sent(shape)
+    assert [f.offer(shape, i) for i in (1, 2, 3, 4)] == ["held", "held", "held", "full"]
+    assert f.answered(shape, "dropped") == ([1], [])  # nothing known of its cost: the next alone
+    f.sent(shape)
+    assert f.answered(shape, "refused") == ([2], [])
+    f.sent(shape)
+    assert f.answered(shape, "ok") == ([3], [])  # it answered: the rest go
+    f.sent(shape)
+    assert f.offer(shape, 5) == "send" and f.answered(shape, "timeout") == ([], [])
+    assert f.offer(shape, 6) == "send"  # none out
+    f.sent(shape)
+    assert f.offer(shape, 7) == "held" and f.clear() == [7] and f.clear() == []
+    assert f.answered(shape, "ok") == ([], [])
+    for i in range(1000):  # one-off shapes answered while the shape runs and answers
+        f.sent(f"s\0DELETE FROM t WHERE id = 1 /* {i} */")
+        f.answered(f"s\0DELETE FROM t WHERE id = 1 /* {i} */", "ok")
+        if i % 50 == 0:
+            f.sent(shape)
+            f.answered(shape, "ok")
+    f.sent(shape)
+    assert f.offer(shape, 8) == "send" and len(f._last) == 100 and f._out == {shape: 1}

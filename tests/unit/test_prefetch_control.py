@@ -195,3 +195,17 @@ def test_a_statement_shapes_batch_follows_its_probes_answers(size: int, status: 
                                                              expected: int, why: str) -> None:
     got, reason = control.statement_batch(size, 16, status, seconds)
     assert got == expected and why in reason, reason
+
+
+@pytest.mark.parametrize(("last", "out", "expected", "why"), [
+    (None, 0, True, "none of its probes out"),  # a new shape's first probe goes
+    (None, 1, False, "first probe has not answered"),  # ... and waits for its answer
+    ("ok", 1, True, "answer"),
+    ("ok", 31, True, "answer"),  # the pool's own limits hold it then
+    ("timeout", 1, False, "timed out"),
+    ("timeout", 0, True, "none of its probes out"),  # one at a time, not none
+])
+def test_a_statement_shape_has_one_probe_out_until_one_answers(last: str | None, out: int, expected: bool,
+                                                               why: str) -> None:
+    got, reason = control.statement_flight(last, out)
+    assert got is expected and why in reason, reason

@@ -442,3 +442,44 @@ def test_a_statement_probes_answer_sizes_its_shapes_next_batches() -> None:
     eng._on_done(shape, (1, 0), Outcome("timeout", 0, 0.5))
     eng._on_done(Probe(), (1, 0), Outcome("ok", 16, 0.01))  # a row probe: not a shape's
     assert heard == [("s\0UPDATE t SET c = ? WHERE k = ?", "timeout", 0.5)]
+
+
+def test_a_statement_shape_has_one_probe_out_until_its_first_answers() -> None:
+    """16 statements of 40 scattered rows a probe timed out, all 32 sent at once before
+    any answered (update_k_range_stmt): a shape proves itself with one probe first, the
+    others held (counted in the lead) until it answers."""
+    eng = engine([100.0])
+    sent: list[Any] = []
+    eng.pool.submit = lambda probe, tag: sent.append(probe) or True  # type: ignore[attr-defined]
+    eng.pool.drop_queued = lambda: 0  # type: ignore[attr-defined]
+    eng._pending_seq, eng._pending_row = 5, 0
+    shape, other = "s\0UPDATE t SET c = ? WHERE k BETWEEN ? AND ?", "s\0DELETE FROM t WHERE id = ?"
+
+    def probe(plan: str) -> SimpleNamespace:
+        return SimpleNamespace(rows=16, pages=0, kind="statement", plan=plan, schema="s", table="t")
+
+    first, second, third = probe(shape), probe(shape), probe(shape)
+    eng._submit([first, second, probe(other), third])
+    assert [p.plan for p in sent] == [shape, other]  # one of each shape
+    assert eng._lead_pages == eng._by_seq[5].probed == 64 and eng.counters.probes_submitted == 2
+    eng._on_done(first, (5, 0), Outcome("ok", 16, 0.02))  # it answers: the held ones go
+    assert sent[2:] == [second, third] and eng.counters.probes_submitted == 4
+    assert eng._lead_pages == 64 and not eng.counters.skipped
+
+    slow = "s\0UPDATE t SET c = ? WHERE k IN (?)"
+    out, held = probe(slow), [probe(slow) for _ in range(40)]
+    eng._submit([out, *held])  # 32 held at most a shape
+    assert eng.counters.skipped == {"shape_in_flight": 8} and len(sent) == 5
+    eng._on_done(out, (5, 0), Outcome("timeout", 0, 0.5))  # held at the size that timed out
+    assert eng.counters.skipped == {"shape_in_flight": 8, "shape_timed_out": 32}
+    assert eng._lead_pages == 64, "the timed-out probe and the held ones left the lead"
+    alone, after = probe(slow), probe(slow)
+    eng._submit([alone, after])  # after a timeout: one at a time
+    assert sent[-1] is alone and len(sent) == 6
+    eng._on_done(alone, (5, 0), Outcome("dropped", 0, 0.0))  # says nothing: the next goes alone
+    assert sent[-1] is after and len(sent) == 7
+    eng._submit([probe(slow)])  # held behind it ...
+    eng._drop_queued()  # ... and let go with the pool's queue (the gate shut)
+    assert eng.counters.dropped == 1 + 1 and len(sent) == 7
+    eng._submit([Probe(), Probe()])  # row probes have no such limit
+    assert len(sent) == 9

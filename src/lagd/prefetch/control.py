@@ -293,6 +293,26 @@ def statement_batch(size: int, most: int, status: str, seconds: float) -> tuple[
     return min(size, most), f"{min(size, most)} statements a probe"
 
 
+
+# A shape's batch size learns from answers, but its first probes go out before any:
+# update_k_range_stmt sent a probe a session (32) of 16 statements each at once, every
+# one ran into the 500 ms timeout, and more went out while they ran (45-107 timeouts in
+# the gate's 4 s try). A statement shape has one probe out at a time until one of its
+# probes has answered, and again after one timed out, until one answers: an expensive
+# shape then holds one session, not all of them, while its batches shrink. The others
+# wait for that answer (fingerprint.ShapeFlights), and those of a timeout are dropped.
+def statement_flight(last: str | None, in_flight: int) -> tuple[bool, str]:
+    """Whether one more probe of a statement shape may go out while ``in_flight`` of its
+    probes have not answered; ``last``: how the last answered ("ok", "timeout"), None
+    before any."""
+    if in_flight <= 0:
+        return True, "none of its probes out"
+    if last is None:
+        return False, "its first probe has not answered: one at a time until one has"
+    if last == "timeout":
+        return False, "its last probe timed out: one at a time until one answers"
+    return True, "its probes answer"
+
 # ----- connection slots: the replica's other clients come first ----------------------
 
 # Probe sessions take connection slots the replica's own clients may need: at

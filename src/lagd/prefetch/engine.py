@@ -26,6 +26,7 @@ from lagd.mysql import changebuf
 from lagd.mysql.errors import CONNECTION_KINDS, Kind, kind_of
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.prefetch import control, stall
+from lagd.prefetch.fingerprint import ShapeFlights
 from lagd.prefetch.inserts import table_keys
 from lagd.prefetch.offloop import OneThread
 from lagd.prefetch.pool import Outcome, ProbePool
@@ -159,6 +160,8 @@ class PrefetchEngine:
         self.window_seconds = window_seconds
         self._clock = clock
         self.counters = PrefetchCounters()
+        # Statement probes out by shape, and those held for their shape's answer.
+        self._flights: ShapeFlights[tuple[Any, tuple[int, int]]] = ShapeFlights()
         # Start with half the page budget as lead: far enough ahead that probes
         # finish before the SQL thread arrives, well short of evicting them.
         self.ctl = control.initial_state(tuning, pool.size, limits.max_pages // 2)
@@ -283,9 +286,19 @@ class PrefetchEngine:
             self._schema_stale.add(f"{probe.schema}.{probe.table}")
 
     def _statement_answered(self, probe: Any, trx: _Trx | None, outcome: Outcome) -> None:
-        """A statement probe's answer sizes its shape's next batches; and a statement,
+        """A statement probe's answer sizes its shape's next batches and says whether more
+        than one of them may be out (control.statement_flight); and a statement,
         counted as one page when sent, may read up to STATEMENT_ROWS rows: what it found
         is what the lead holds in the pool."""
+        plan = getattr(probe, "plan", None)
+        if plan is not None:
+            send, drop = self._flights.answered(plan, outcome.status)
+            for p, tag in send:
+                if not self._send(p, tag, plan):
+                    self._count_lead(p, tag[0], -1)
+            for p, tag in drop:
+                self._skip("shape_timed_out")
+                self._count_lead(p, tag[0], -1)
         answered = getattr(getattr(self.batcher, "statements", None), "answered", None)
         if answered is not None:
             answered(probe.plan, outcome.status, outcome.seconds)
@@ -420,6 +433,7 @@ class PrefetchEngine:
         self._pending_seq = None
         self._inside = None
         self.batcher.reset()
+        self._flights.clear()  # of the transactions let go: the lead counts from nothing again
 
     # ----- the cursor ---------------------------------------------------
 
@@ -434,17 +448,45 @@ class PrefetchEngine:
                 # probes name the table as information_schema had it, not a table map.
                 self._skip("schema_pending")
                 continue
-            if not self.pool.submit(p, tag):
-                self._skip("pool_full")
-                continue
-            self.counters.probes_submitted += 1
-            self.counters.rows_probed += p.rows
-            # Pages, not rows: a row with off-page documents is several (rewrite.documents).
-            pages = p.pages or p.rows
-            trx = self._by_seq.get(tag[0])
-            if trx is not None:
-                trx.probed += pages
-            self._lead_pages += pages
+            plan = getattr(p, "plan", None) if p.kind == "statement" else None
+            if plan is not None:  # one of its shape out already: control.statement_flight
+                verdict = self._flights.offer(plan, (p, tag))
+                if verdict == "full":
+                    self._skip("shape_in_flight")
+                    continue
+                if verdict == "held":  # in the lead already: it goes when the shape answers
+                    self._count_lead(p, tag[0], 1)
+                    continue
+            if self._send(p, tag, plan):
+                self._count_lead(p, tag[0], 1)
+
+    def _send(self, p: Any, tag: tuple[int, int], plan: str | None) -> bool:
+        if not self.pool.submit(p, tag):
+            self._skip("pool_full")
+            return False
+        self.counters.probes_submitted += 1
+        self.counters.rows_probed += p.rows
+        if plan is not None:
+            self._flights.sent(plan)
+        return True
+
+    def _count_lead(self, p: Any, seq: int, sign: int) -> None:
+        # Pages, not rows: a row with off-page documents is several (rewrite.documents).
+        # Taken back only while its transaction is ahead: one applied took its pages along.
+        pages = (p.pages or p.rows) * sign
+        trx = self._by_seq.get(seq)
+        if trx is not None:
+            trx.probed += pages
+        elif sign < 0:
+            return
+        self._lead_pages += pages
+
+    def _drop_queued(self) -> None:
+        """The pool's queued probes and the statement probes held for their shape's answer."""
+        self.pool.drop_queued()
+        for p, tag in self._flights.clear():
+            self.counters.dropped += 1
+            self._count_lead(p, tag[0], -1)
 
     async def _read(self, budget: int) -> None:
         """Read on in the cursor's own thread (files, information_schema), then account on the loop."""
@@ -633,7 +675,7 @@ class PrefetchEngine:
         skipped = sum(1 for t in self._ahead if t.probed == 0)
         self._skip("overtaken", skipped)
         self.counters.jumps += 1
-        self.pool.drop_queued()
+        self._drop_queued()
         self.reader.seek(pos)
         self._reset_window()
 
@@ -1026,7 +1068,7 @@ class PrefetchEngine:
         if after.open != before.open:
             log.info("prefetch gate: %s", after.reason)
             if not after.open:
-                self.pool.drop_queued()
+                self._drop_queued()
 
     def _follow_schema(self, sql_pos: tuple[int, int], moved_back: bool) -> None:
         """Release the tables whose DDL the SQL thread has applied: their next table
@@ -1044,7 +1086,7 @@ class PrefetchEngine:
             if released is None or released:
                 # Probes still queued for rows before the DDL name the schema it
                 # changed; the SQL thread has applied it, so they could only fail.
-                self.pool.drop_queued()
+                self._drop_queued()
             self._forget(decoder, released)
 
     async def _start_window(self) -> None:
@@ -1125,7 +1167,7 @@ class PrefetchEngine:
         why = control.nothing_to_warm(w)
         if why is not None:
             self.ctl = replace(self.ctl, enabled=False, backoff_windows=self.tuning.backoff, reason=why)
-            self.pool.drop_queued()
+            self._drop_queued()
             log.info("prefetch control: %s", why)
 
     async def _end_window(self, now: float) -> None:

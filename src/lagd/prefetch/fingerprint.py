@@ -56,12 +56,12 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from lagd.prefetch.control import statement_batch
+from lagd.prefetch.control import statement_batch, statement_flight
 from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql
 from lagd.relaylog.events import Statement
@@ -111,6 +111,7 @@ _EQUAL = re.compile(r"(?<![<>!])=|\bBETWEEN\b", re.I)
 _LOWER = re.compile(r"(?<!<)>")
 _UPPER = re.compile(r"<(?!>)")
 _STAR = "SELECT * FROM "  # how a one-table statement probe starts (rewrite_sql._splice)
+T = TypeVar("T")
 _CACHE_LIMIT = 4096  # shapes; a stream of one-off shapes must not grow memory without end
 
 
@@ -465,6 +466,67 @@ class StatementBatcher:
         sql = self._narrowed(p.sql, verdict.one_table, p.schema, p.table)
         return [Probe(sql, p.params, p.schema, p.table, p.index, 1, p.kind, p.covering,
                       p.source_time, plan or f"{stmt.schema or ''}\0{stmt.sql}")], None
+
+
+
+class ShapeFlights(Generic[T]):
+    """Statement probes out by shape (``Probe.plan``), how each shape's last probe
+    answered, and the probes held meanwhile: control.statement_flight decides whether
+    one more may go. A probe that may not go now waits for its shape's answer (up to
+    ``hold`` a shape; the read-ahead makes a lead's worth of them at once, and dropping
+    them would leave a cheap shape's first lead unwarmed). On the loop: the engine
+    sends, and hears every answer (dropped ones too)."""
+
+    def __init__(self, limit: int = _CACHE_LIMIT, hold: int = 32) -> None:
+        self._out: dict[str, int] = {}
+        # The shapes most recently answered: one-off shapes (a request id in a comment)
+        # push out the oldest, not the ones still running, which would go back to one
+        # probe at a time.
+        self._last: OrderedDict[str, str] = OrderedDict()
+        self._held: dict[str, list[T]] = {}
+        self._limit, self._hold = limit, hold
+
+    def offer(self, plan: str, item: T) -> str:
+        """"send" now, "held" until the shape answers, or "full" (not sent)."""
+        if statement_flight(self._last.get(plan), self._out.get(plan, 0))[0]:
+            return "send"
+        held = self._held.setdefault(plan, [])
+        if len(held) >= self._hold:
+            return "full"
+        held.append(item)
+        return "held"
+
+    def sent(self, plan: str) -> None:
+        self._out[plan] = self._out.get(plan, 0) + 1
+
+    def answered(self, plan: str, status: str) -> tuple[list[T], list[T]]:
+        """A probe of ``plan`` answered: the held probes to send now, and those to drop."""
+        out = self._out.pop(plan, 0) - 1
+        if out > 0:
+            self._out[plan] = out
+        if status in ("ok", "timeout"):  # a probe dropped, refused or not sent tells nothing of its cost
+            self._last[plan] = status
+            self._last.move_to_end(plan)
+            if len(self._last) > self._limit:
+                self._last.popitem(last=False)
+        held = self._held.pop(plan, [])
+        if status == "ok":
+            return held, []
+        if status == "timeout":  # batched at the size that timed out: the next are smaller
+            return [], held
+        first: list[T] = []
+        if held and out <= 0:  # nothing known yet and none out: the next goes alone
+            first, held = held[:1], held[1:]
+        if held:
+            self._held[plan] = held
+        return first, []
+
+    def clear(self) -> list[T]:
+        """Every held probe, let go (the queued ones are dropped: the gate shut, the
+        reader jumped)."""
+        held = [item for items in self._held.values() for item in items]
+        self._held.clear()
+        return held
 
 
 def _plan_key(key: tuple[str, str | None]) -> str:

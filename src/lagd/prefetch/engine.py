@@ -482,11 +482,12 @@ class PrefetchEngine:
         self._lead_pages += pages
 
     def _drop_queued(self) -> None:
-        """The pool's queued probes and the statement probes held for their shape's answer."""
-        self.pool.drop_queued()
+        """The pool's queued probes and the statement probes held for their shape's answer
+        (those first: a queued probe's "dropped" answer would send the next held one)."""
         for p, tag in self._flights.clear():
             self.counters.dropped += 1
             self._count_lead(p, tag[0], -1)
+        self.pool.drop_queued()
 
     async def _read(self, budget: int) -> None:
         """Read on in the cursor's own thread (files, information_schema), then account on the loop."""

@@ -197,15 +197,17 @@ def test_a_statement_shapes_batch_follows_its_probes_answers(size: int, status: 
     assert got == expected and why in reason, reason
 
 
-@pytest.mark.parametrize(("last", "out", "expected", "why"), [
-    (None, 0, True, "none of its probes out"),  # a new shape's first probe goes
-    (None, 1, False, "first probe has not answered"),  # ... and waits for its answer
-    ("ok", 1, True, "answer"),
-    ("ok", 31, True, "answer"),  # the pool's own limits hold it then
-    ("timeout", 1, False, "timed out"),
-    ("timeout", 0, True, "none of its probes out"),  # one at a time, not none
+@pytest.mark.parametrize(("window", "status", "seconds", "expected", "why"), [
+    (1, "ok", 0.02, 2, "took 20 ms: 2 probes out"),  # a new shape's window grows by its answers
+    (31, "ok", 0.02, 32, "32 probes out"),
+    (32, "ok", 0.02, 32, "32 probes out"),  # at the most
+    (8, "ok", 0.07, 8, "8 probes out"),
+    (8, "ok", 0.2, 4, "took 200 ms: 4"),
+    (32, "timeout", 0.5, 16, "timed out: 16"),
+    (1, "timeout", 0.5, 1, "1 probes out"),  # one out, always
+    (8, "dropped", 0.0, 8, "dropped"),
 ])
-def test_a_statement_shape_has_one_probe_out_until_one_answers(last: str | None, out: int, expected: bool,
-                                                               why: str) -> None:
-    got, reason = control.statement_flight(last, out)
-    assert got is expected and why in reason, reason
+def test_the_probes_a_statement_shape_has_out_follow_its_answers(window: int, status: str, seconds: float,
+                                                                 expected: int, why: str) -> None:
+    got, reason = control.statement_window(window, 32, status, seconds)
+    assert got == expected and why in reason, reason

@@ -446,8 +446,8 @@ def test_a_statement_probes_answer_sizes_its_shapes_next_batches() -> None:
 
 def test_a_statement_shape_has_one_probe_out_until_its_first_answers() -> None:
     """16 statements of 40 scattered rows a probe timed out, all 32 sent at once before
-    any answered (update_k_range_stmt): a shape proves itself with one probe first, the
-    others held (counted in the lead) until it answers."""
+    any answered (update_k_range_stmt): a shape starts with one probe out, the others
+    held (counted in the lead) until it answers."""
     eng = engine([100.0])
     sent: list[Any] = []
     eng.pool.submit = lambda probe, tag: sent.append(probe) or True  # type: ignore[attr-defined]
@@ -458,13 +458,13 @@ def test_a_statement_shape_has_one_probe_out_until_its_first_answers() -> None:
     def probe(plan: str) -> SimpleNamespace:
         return SimpleNamespace(rows=16, pages=0, kind="statement", plan=plan, schema="s", table="t")
 
-    first, second, third = probe(shape), probe(shape), probe(shape)
-    eng._submit([first, second, probe(other), third])
+    first, second, third, fourth = probe(shape), probe(shape), probe(shape), probe(shape)
+    eng._submit([first, second, probe(other), third, fourth])
     assert [p.plan for p in sent] == [shape, other]  # one of each shape
-    assert eng._lead_pages == eng._by_seq[5].probed == 64 and eng.counters.probes_submitted == 2
-    eng._on_done(first, (5, 0), Outcome("ok", 16, 0.02))  # it answers: the held ones go
-    assert sent[2:] == [second, third] and eng.counters.probes_submitted == 4
-    assert eng._lead_pages == 64 and not eng.counters.skipped
+    assert eng._lead_pages == eng._by_seq[5].probed == 80 and eng.counters.probes_submitted == 2
+    eng._on_done(first, (5, 0), Outcome("ok", 16, 0.02))  # it answers fast: two may be out
+    assert sent[2:] == [second, third] and eng.counters.probes_submitted == 4  # the fourth waits
+    assert eng._lead_pages == 80 and not eng.counters.skipped
 
     slow = "s\0UPDATE t SET c = ? WHERE k IN (?)"
     out, held = probe(slow), [probe(slow) for _ in range(40)]
@@ -472,14 +472,15 @@ def test_a_statement_shape_has_one_probe_out_until_its_first_answers() -> None:
     assert eng.counters.skipped == {"shape_in_flight": 8} and len(sent) == 5
     eng._on_done(out, (5, 0), Outcome("timeout", 0, 0.5))  # held at the size that timed out
     assert eng.counters.skipped == {"shape_in_flight": 8, "shape_timed_out": 32}
-    assert eng._lead_pages == 64, "the timed-out probe and the held ones left the lead"
+    assert eng._lead_pages == 80, "the timed-out probe and the held ones left the lead"
     alone, after = probe(slow), probe(slow)
-    eng._submit([alone, after])  # after a timeout: one at a time
+    eng._submit([alone, after])  # one at a time
     assert sent[-1] is alone and len(sent) == 6
     eng._on_done(alone, (5, 0), Outcome("dropped", 0, 0.0))  # says nothing: the next goes alone
     assert sent[-1] is after and len(sent) == 7
     eng._submit([probe(slow)])  # held behind it ...
-    eng._drop_queued()  # ... and let go with the pool's queue (the gate shut)
-    assert eng.counters.dropped == 1 + 1 and len(sent) == 7
+    eng._drop_queued()  # ... and let go with the pool's queue (the gate shut), with the fourth
+    assert eng.counters.dropped == 1 + 2 and len(sent) == 7
+    assert eng._lead_pages == 80 - 16 + 16  # the fourth let go, `after` out
     eng._submit([Probe(), Probe()])  # row probes have no such limit
     assert len(sent) == 9

@@ -279,39 +279,40 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 SLOW_PROBE = 0.1
 
 
+def by_answer(n: int, most: int, status: str, seconds: float) -> tuple[int, str]:
+    """``n`` after a probe answered: half after a timeout or an answer slower than
+    SLOW_PROBE, one more after one within half of it (up to ``most``), else as it was;
+    and what the answer was."""
+    if status == "timeout":
+        return max(1, n // 2), "a probe timed out"
+    if status != "ok":
+        return n, f"a probe {status}: as before"
+    if seconds > SLOW_PROBE:
+        return max(1, n // 2), f"a probe took {seconds * 1000:.0f} ms"
+    if seconds <= SLOW_PROBE / 2 and n < most:
+        return n + 1, f"a probe took {seconds * 1000:.0f} ms"
+    return min(n, most), f"a probe took {seconds * 1000:.0f} ms"
+
+
 def statement_batch(size: int, most: int, status: str, seconds: float) -> tuple[int, str]:
     """The statements a probe of one shape takes next, after one of its probes answered."""
-    if status == "timeout":
-        return max(1, size // 2), f"a probe of {size} statements timed out: {max(1, size // 2)} a probe"
-    if status != "ok":
-        return size, f"a probe {status}: {size} statements a probe, as before"
-    if seconds > SLOW_PROBE:
-        return max(1, size // 2), (f"a probe of {size} statements took {seconds * 1000:.0f} ms:"
-                                   f" {max(1, size // 2)} a probe")
-    if seconds <= SLOW_PROBE / 2 and size < most:
-        return size + 1, f"a probe of {size} statements took {seconds * 1000:.0f} ms: {size + 1} a probe"
-    return min(size, most), f"{min(size, most)} statements a probe"
+    new, why = by_answer(size, most, status, seconds)
+    return new, f"{why}: {new} statements a probe"
 
 
-
-# A shape's batch size learns from answers, but its first probes go out before any:
+# A shape's batch size learns from answers, but its first probes went out before any:
 # update_k_range_stmt sent a probe a session (32) of 16 statements each at once, every
-# one ran into the 500 ms timeout, and more went out while they ran (45-107 timeouts in
-# the gate's 4 s try). A statement shape has one probe out at a time until one of its
-# probes has answered, and again after one timed out, until one answers: an expensive
-# shape then holds one session, not all of them, while its batches shrink. The others
-# wait for that answer (fingerprint.ShapeFlights), and those of a timeout are dropped.
-def statement_flight(last: str | None, in_flight: int) -> tuple[bool, str]:
-    """Whether one more probe of a statement shape may go out while ``in_flight`` of its
-    probes have not answered; ``last``: how the last answered ("ok", "timeout"), None
-    before any."""
-    if in_flight <= 0:
-        return True, "none of its probes out"
-    if last is None:
-        return False, "its first probe has not answered: one at a time until one has"
-    if last == "timeout":
-        return False, "its last probe timed out: one at a time until one answers"
-    return True, "its probes answer"
+# one ran into the 500 ms timeout. And a batch's cost is not its own alone: with 32 of
+# them out, 4 statements a probe still timed out 63 times in a catch-up, the disk's
+# queue shared with the SQL thread. So the probes a shape may have out at once follow
+# its answers the same way, from one: a shape answering within SLOW_PROBE / 2 gets one
+# more each answer (doubling each round trip, as TCP's slow start: 32 within about 5),
+# one slower than SLOW_PROBE, or timing out, half. The others wait for an answer
+# (fingerprint.ShapeFlights), and those waiting at a timeout are dropped.
+def statement_window(window: int, most: int, status: str, seconds: float) -> tuple[int, str]:
+    """How many probes of one statement shape may be out at once, after one answered."""
+    new, why = by_answer(window, most, status, seconds)
+    return new, f"{why}: {new} probes out at once"
 
 # ----- connection slots: the replica's other clients come first ----------------------
 

@@ -286,13 +286,13 @@ class PrefetchEngine:
             self._schema_stale.add(f"{probe.schema}.{probe.table}")
 
     def _statement_answered(self, probe: Any, trx: _Trx | None, outcome: Outcome) -> None:
-        """A statement probe's answer sizes its shape's next batches and says whether more
-        than one of them may be out (control.statement_flight); and a statement,
+        """A statement probe's answer sizes its shape's next batches and how many of them
+        may be out (control.statement_window); and a statement,
         counted as one page when sent, may read up to STATEMENT_ROWS rows: what it found
         is what the lead holds in the pool."""
         plan = getattr(probe, "plan", None)
         if plan is not None:
-            send, drop = self._flights.answered(plan, outcome.status)
+            send, drop = self._flights.answered(plan, outcome.status, outcome.seconds)
             for p, tag in send:
                 if not self._send(p, tag, plan):
                     self._count_lead(p, tag[0], -1)
@@ -449,7 +449,7 @@ class PrefetchEngine:
                 self._skip("schema_pending")
                 continue
             plan = getattr(p, "plan", None) if p.kind == "statement" else None
-            if plan is not None:  # one of its shape out already: control.statement_flight
+            if plan is not None:  # as many of its shape out as it may have: control.statement_window
                 verdict = self._flights.offer(plan, (p, tag))
                 if verdict == "full":
                     self._skip("shape_in_flight")

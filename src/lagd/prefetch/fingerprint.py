@@ -61,7 +61,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from lagd.prefetch.control import statement_batch, statement_flight
+from lagd.prefetch.control import statement_batch, statement_window
 from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql
 from lagd.relaylog.events import Statement
@@ -470,28 +470,28 @@ class StatementBatcher:
 
 
 class ShapeFlights(Generic[T]):
-    """Statement probes out by shape (``Probe.plan``), how each shape's last probe
-    answered, and the probes held meanwhile: control.statement_flight decides whether
-    one more may go. A probe that may not go now waits for its shape's answer (up to
-    ``hold`` a shape; the read-ahead makes a lead's worth of them at once, and dropping
-    them would leave a cheap shape's first lead unwarmed). On the loop: the engine
-    sends, and hears every answer (dropped ones too)."""
+    """Statement probes out by shape (``Probe.plan``), how many each shape may have out
+    (control.statement_window: from one, by its answers), and the probes waiting for
+    room. A probe that may not go now waits (up to ``most`` a shape): the read-ahead
+    makes a lead's worth of them at once, and dropping them would leave a cheap shape's
+    first lead unwarmed. On the loop: the engine sends, and hears every answer (dropped
+    ones too)."""
 
-    def __init__(self, limit: int = _CACHE_LIMIT, hold: int = 32) -> None:
+    def __init__(self, limit: int = _CACHE_LIMIT, most: int = 32) -> None:
         self._out: dict[str, int] = {}
         # The shapes most recently answered: one-off shapes (a request id in a comment)
-        # push out the oldest, not the ones still running, which would go back to one
-        # probe at a time.
-        self._last: OrderedDict[str, str] = OrderedDict()
+        # push out the oldest, not the ones still running, which would start from one
+        # probe out again.
+        self._window: OrderedDict[str, int] = OrderedDict()
         self._held: dict[str, list[T]] = {}
-        self._limit, self._hold = limit, hold
+        self._limit, self._most = limit, most
 
     def offer(self, plan: str, item: T) -> str:
-        """"send" now, "held" until the shape answers, or "full" (not sent)."""
-        if statement_flight(self._last.get(plan), self._out.get(plan, 0))[0]:
+        """"send" now, "held" until one of the shape's probes answers, or "full" (not sent)."""
+        if self._out.get(plan, 0) < self._window.get(plan, 1):
             return "send"
         held = self._held.setdefault(plan, [])
-        if len(held) >= self._hold:
+        if len(held) >= self._most:
             return "full"
         held.append(item)
         return "held"
@@ -499,27 +499,27 @@ class ShapeFlights(Generic[T]):
     def sent(self, plan: str) -> None:
         self._out[plan] = self._out.get(plan, 0) + 1
 
-    def answered(self, plan: str, status: str) -> tuple[list[T], list[T]]:
+    def answered(self, plan: str, status: str, seconds: float) -> tuple[list[T], list[T]]:
         """A probe of ``plan`` answered: the held probes to send now, and those to drop."""
-        out = self._out.pop(plan, 0) - 1
-        if out > 0:
+        out = max(0, self._out.pop(plan, 0) - 1)
+        if out:
             self._out[plan] = out
+        window = self._window.get(plan, 1)
         if status in ("ok", "timeout"):  # a probe dropped, refused or not sent tells nothing of its cost
-            self._last[plan] = status
-            self._last.move_to_end(plan)
-            if len(self._last) > self._limit:
-                self._last.popitem(last=False)
+            window, why = statement_window(window, self._most, status, seconds)
+            if window != self._window.get(plan):
+                log.debug("statement shape %r: %s", plan, why)
+            self._window[plan] = window
+            self._window.move_to_end(plan)
+            if len(self._window) > self._limit:
+                self._window.popitem(last=False)
         held = self._held.pop(plan, [])
-        if status == "ok":
-            return held, []
         if status == "timeout":  # batched at the size that timed out: the next are smaller
             return [], held
-        first: list[T] = []
-        if held and out <= 0:  # nothing known yet and none out: the next goes alone
-            first, held = held[:1], held[1:]
-        if held:
-            self._held[plan] = held
-        return first, []
+        room = max(0, window - out)
+        if len(held) > room:
+            self._held[plan] = held[room:]
+        return held[:room], []
 
     def clear(self) -> list[T]:
         """Every held probe, let go (the queued ones are dropped: the gate shut, the

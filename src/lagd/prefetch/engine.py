@@ -433,7 +433,7 @@ class PrefetchEngine:
         self._pending_seq = None
         self._inside = None
         self.batcher.reset()
-        self._flights.clear()  # of the transactions let go: the lead counts from nothing again
+        self.counters.dropped += len(self._flights.clear())  # the lead counts from nothing again
 
     # ----- the cursor ---------------------------------------------------
 

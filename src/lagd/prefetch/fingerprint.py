@@ -468,7 +468,6 @@ class StatementBatcher:
                       p.source_time, plan or f"{stmt.schema or ''}\0{stmt.sql}")], None
 
 
-
 class ShapeFlights(Generic[T]):
     """Statement probes out by shape (``Probe.plan``), how many each shape may have out
     (control.statement_window: from one, by its answers), and the probes waiting for

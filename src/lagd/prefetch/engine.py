@@ -292,7 +292,7 @@ class PrefetchEngine:
         is what the lead holds in the pool."""
         plan = getattr(probe, "plan", None)
         if plan is not None:
-            send, drop = self._flights.answered(plan, outcome.status, outcome.seconds)
+            send, drop = self._flights.answered(plan, outcome.status)
             for p, tag in send:
                 if not self._send(p, tag, plan):
                     self._count_lead(p, tag[0], -1)

@@ -498,14 +498,14 @@ class ShapeFlights(Generic[T]):
     def sent(self, plan: str) -> None:
         self._out[plan] = self._out.get(plan, 0) + 1
 
-    def answered(self, plan: str, status: str, seconds: float) -> tuple[list[T], list[T]]:
+    def answered(self, plan: str, status: str) -> tuple[list[T], list[T]]:
         """A probe of ``plan`` answered: the held probes to send now, and those to drop."""
         out = max(0, self._out.pop(plan, 0) - 1)
         if out:
             self._out[plan] = out
         window = self._window.get(plan, 1)
         if status in ("ok", "timeout"):  # a probe dropped, refused or not sent tells nothing of its cost
-            window, why = statement_window(window, self._most, status, seconds)
+            window, why = statement_window(window, self._most, status)
             if window != self._window.get(plan):
                 log.debug("statement shape %r: %s", plan, why)
             self._window[plan] = window

@@ -279,25 +279,18 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 SLOW_PROBE = 0.1
 
 
-def by_answer(n: int, most: int, status: str, seconds: float) -> tuple[int, str]:
-    """``n`` after a probe answered: half after a timeout or an answer slower than
-    SLOW_PROBE, one more after one within half of it (up to ``most``), else as it was;
-    and what the answer was."""
-    if status == "timeout":
-        return max(1, n // 2), "a probe timed out"
-    if status != "ok":
-        return n, f"a probe {status}: as before"
-    if seconds > SLOW_PROBE:
-        return max(1, n // 2), f"a probe took {seconds * 1000:.0f} ms"
-    if seconds <= SLOW_PROBE / 2 and n < most:
-        return n + 1, f"a probe took {seconds * 1000:.0f} ms"
-    return min(n, most), f"a probe took {seconds * 1000:.0f} ms"
-
-
 def statement_batch(size: int, most: int, status: str, seconds: float) -> tuple[int, str]:
     """The statements a probe of one shape takes next, after one of its probes answered."""
-    new, why = by_answer(size, most, status, seconds)
-    return new, f"{why}: {new} statements a probe"
+    if status == "timeout":
+        return max(1, size // 2), f"a probe of {size} statements timed out: {max(1, size // 2)} a probe"
+    if status != "ok":
+        return size, f"a probe {status}: {size} statements a probe, as before"
+    if seconds > SLOW_PROBE:
+        return max(1, size // 2), (f"a probe of {size} statements took {seconds * 1000:.0f} ms:"
+                                   f" {max(1, size // 2)} a probe")
+    if seconds <= SLOW_PROBE / 2 and size < most:
+        return size + 1, f"a probe of {size} statements took {seconds * 1000:.0f} ms: {size + 1} a probe"
+    return min(size, most), f"{min(size, most)} statements a probe"
 
 
 # A shape's batch size learns from answers, but its first probes went out before any:
@@ -317,6 +310,7 @@ def statement_window(window: int, most: int, status: str) -> tuple[int, str]:
     if status != "ok":
         return window, f"a probe {status}: {window} probes out at once, as before"
     return min(most, window + 1), f"a probe answered: {min(most, window + 1)} probes out at once"
+
 
 # ----- connection slots: the replica's other clients come first ----------------------
 

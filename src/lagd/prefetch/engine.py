@@ -273,9 +273,8 @@ class PrefetchEngine:
                 self.counters.in_time += 1
             else:
                 self.counters.late += 1
-        if outcome.status != "ok" and trx is not None:
-            trx.probed -= probe.pages or probe.rows
-            self._lead_pages -= probe.pages or probe.rows
+        if outcome.status != "ok":
+            self._count_lead(probe, seq, -1)
         if probe.kind == "statement":
             self._statement_answered(probe, trx, outcome)
         if outcome.status == "error" and getattr(outcome, "kind", None) == Kind.SCHEMA:
@@ -301,7 +300,7 @@ class PrefetchEngine:
                 self._count_lead(p, tag[0], -1)
         answered = getattr(getattr(self.batcher, "statements", None), "answered", None)
         if answered is not None:
-            answered(probe.plan, outcome.status, outcome.seconds)
+            answered(plan, outcome.status, outcome.seconds)
         more = outcome.rows - (probe.pages or probe.rows)
         if outcome.status == "ok" and trx is not None and more > 0:
             trx.probed += more

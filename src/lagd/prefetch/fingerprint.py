@@ -336,8 +336,8 @@ class StatementBatcher:
         self._waiting: dict[Template, dict[str, int]] = {}  # batchable shapes: value -> keys in it
         self._times: dict[Template, int] = {}
         # Statements a probe of each batching template (by Template.plan), as its probes
-        # answer (control.statement_batch); kept and cleared with the templates. The loop
-        # writes, the cursor's thread reads: a size one batch late is harmless.
+        # answer (control.statement_batch); kept and cleared with the templates. Both
+        # on the loop: the engine adds statements and hears answers there.
         self._sizes: dict[str | None, int] = {}
         self.stats: Counter[str] = Counter()  # template hits, misses, unverified shapes
 

@@ -262,6 +262,35 @@ def _w_update_k_range(cur: Any, ids: Ids) -> int:
     return 40  # its rows, about: the catch-up reads as many pages as update_pk's
 
 
+
+def _w_upsert(cur: Any, ids: Ids) -> int:
+    # An upsert of an existing row (a counter, a last-seen stamp): INSERT ... ON DUPLICATE
+    # KEY UPDATE. With one unique key MIXED logs it as a statement; the SQL thread finds
+    # the duplicate in the primary key's leaf, the row's page, and updates it there.
+    cur.execute(f"INSERT INTO {TABLE} (id, k, c, pad) VALUES (%s, 0, %s, 'up')"
+                " ON DUPLICATE KEY UPDATE c = VALUES(c)", (ids.own_existing(), f"x{ids.rng.random():.12f}"))
+    return 1
+
+
+def _w_update_in(cur: Any, ids: Ids) -> int:
+    # An application's batch written as one statement: UPDATE ... WHERE id IN (10 random
+    # ids), 10 scattered rows (ids of this writing thread alone: no lock waits).
+    rows = sorted({ids.own_existing() for _ in range(10)})
+    cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id IN ({', '.join(['%s'] * len(rows))})",
+                (f"i{ids.rng.random():.12f}", *rows))
+    return len(rows)
+
+
+def _w_update_block(cur: Any, ids: Ids) -> int:
+    # An UPDATE of 50 consecutive rows (a job by a range of ids), row-based: one rows
+    # event of 50 rows in two or three leaf pages. The SQL thread spends its time on the
+    # rows, not on reads: a workload prefetch should stay out of. Blocks of 100 ids,
+    # every other one left alone (the next-key lock falls in a free block).
+    lo = 200 * (ids.workers * ids.rng.randint(0, ids.n // (100 * ids.workers) - 1) + ids.worker) + 2
+    cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id BETWEEN %s AND %s",
+                (f"b{ids.rng.random():.12f}", lo, lo + 98))
+    return 50
+
 # A child table whose every row references a row of the big table: InnoDB checks each new
 # row's parent_id in the parent's primary key, a random read the SQL thread makes per INSERT.
 CHILD = "child_fk"
@@ -310,6 +339,11 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
                             _w_update_k_range),
     "update_checked_mixed": ("primary-key UPDATEs that also check a second column (optimistic locking),"
                              " binlog_format=MIXED (logged as statements)", _w_update_checked),
+    "upsert_mixed": ("INSERT ... ON DUPLICATE KEY UPDATE of existing rows, binlog_format=MIXED"
+                     " (logged as statements)", _w_upsert),
+    "update_in_stmt": ("UPDATEs of 10 random rows by an IN list, logged as statements", _w_update_in),
+    "update_block": ("UPDATEs of 50 consecutive rows by a primary-key range, row-based (one event"
+                     " of 50 rows)", _w_update_block),
 }
 # Statements the source runs before a workload, in its backlog: the SQL thread applies them
 # first. The table is dropped unlogged first: MariaDB does not log CREATE TABLE IF NOT EXISTS
@@ -324,7 +358,8 @@ BINLOG_FORMAT = {"update_doc_stmt": "STATEMENT", "update_pk_stmt": "STATEMENT", 
                  "update_k_stmt": "STATEMENT", "insert_stmt": "STATEMENT", "update_big_stmt": "STATEMENT",
                  "insert_fk_stmt": "STATEMENT", "oltp_write_mixed": "MIXED",
                  "update_range_stmt": "STATEMENT", "update_by_k_stmt": "STATEMENT",
-                 "update_checked_mixed": "MIXED", "update_k_range_stmt": "STATEMENT"}
+                 "update_checked_mixed": "MIXED", "update_k_range_stmt": "STATEMENT",
+                 "upsert_mixed": "MIXED", "update_in_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

@@ -468,10 +468,10 @@ def test_a_statement_shape_has_one_probe_out_until_its_first_answers() -> None:
 
     slow = "s\0UPDATE t SET c = ? WHERE k IN (?)"
     out, held = probe(slow), [probe(slow) for _ in range(40)]
-    eng._submit([out, *held])  # 32 held at most a shape
-    assert eng.counters.skipped == {"shape_in_flight": 8} and len(sent) == 5
+    eng._submit([out, *held])  # all held, in the lead: dropped past 32, a third went unprobed
+    assert not eng.counters.skipped and len(sent) == 5 and eng._lead_pages == 80 + 41 * 16
     eng._on_done(out, (5, 0), Outcome("timeout", 0, 0.5))  # held at the size that timed out
-    assert eng.counters.skipped == {"shape_in_flight": 8, "shape_timed_out": 32}
+    assert eng.counters.skipped == {"shape_timed_out": 40}
     assert eng._lead_pages == 80, "the timed-out probe and the held ones left the lead"
     alone, after = probe(slow), probe(slow)
     eng._submit([alone, after])  # one at a time
@@ -484,3 +484,23 @@ def test_a_statement_shape_has_one_probe_out_until_its_first_answers() -> None:
     assert eng._lead_pages == 80 - 16 + 16  # the fourth let go, `after` out
     eng._submit([Probe(), Probe()])  # row probes have no such limit
     assert len(sent) == 9
+
+
+def test_a_held_statement_probe_the_sql_thread_passed_is_not_sent() -> None:
+    """Probes held for their shape's window go out as it answers, those of statements
+    the SQL thread applied meanwhile are not: they would read pages for nothing."""
+    eng = engine([100.0])
+    sent: list[Any] = []
+    eng.pool.submit = lambda probe, tag: sent.append(probe) or True  # type: ignore[attr-defined]
+    shape = "s\0UPDATE t SET c = ? WHERE id IN (?)"
+    first, passed, ahead = (SimpleNamespace(rows=10, pages=0, kind="statement", plan=shape, schema="s",
+                                            table="t") for _ in range(3))
+    eng._pending_seq, eng._pending_row = 2, 0
+    eng._submit([first, passed])
+    eng._pending_seq = 9
+    eng._submit([ahead])
+    assert sent == [first] and eng._lead_pages == 30
+    eng._advance_sql((1, 500), 100.0)  # the SQL thread applied 1 to 5
+    eng._on_done(first, (2, 0), Outcome("ok", 10, 0.02))
+    assert sent == [first, ahead] and eng.counters.skipped == {"overtaken": 1}
+    assert eng._lead_pages == 10, "the applied transactions took theirs along; `ahead` is out"

@@ -269,7 +269,7 @@ class PrefetchEngine:
             self._skip("full_scan")
         elif outcome.status == "ok":
             self.counters.rows_done += probe.rows
-            if isinstance(seq, int) and seq > self._sql_seq_estimate() and row >= self._behind(seq):
+            if isinstance(seq, int) and self._in_time(seq, row):
                 self.counters.in_time += 1
             else:
                 self.counters.late += 1
@@ -293,7 +293,11 @@ class PrefetchEngine:
         if plan is not None:
             send, drop = self._flights.answered(plan, outcome.status)
             for p, tag in send:
-                if not self._send(p, tag, plan):
+                if not self._in_time(*tag):
+                    # Held while the SQL thread applied its statements: read for nothing now.
+                    self._skip("overtaken")
+                    self._count_lead(p, tag[0], -1)
+                elif not self._send(p, tag, plan):
                     self._count_lead(p, tag[0], -1)
             for p, tag in drop:
                 self._skip("shape_timed_out")
@@ -319,6 +323,11 @@ class PrefetchEngine:
             return float(self._applied_seq)
         rate = self._trx_rate.value or 0.0
         return self._applied_seq + rate * max(0.0, self._clock() - self._sql_seen_at)
+
+    def _in_time(self, seq: int, row: int) -> bool:
+        """The SQL thread has not reached row ``row`` of transaction ``seq`` yet, as far as
+        the last poll (extrapolated) and InnoDB's count inside a big transaction tell."""
+        return seq > self._sql_seq_estimate() and row >= self._behind(seq)
 
     def _behind(self, seq: int, passing: bool = False) -> int:
         """Rows of transaction ``seq`` the SQL thread is past (measured inside the head
@@ -448,14 +457,11 @@ class PrefetchEngine:
                 self._skip("schema_pending")
                 continue
             plan = getattr(p, "plan", None) if p.kind == "statement" else None
-            if plan is not None:  # as many of its shape out as it may have: control.statement_window
-                verdict = self._flights.offer(plan, (p, tag))
-                if verdict == "full":
-                    self._skip("shape_in_flight")
-                    continue
-                if verdict == "held":  # in the lead already: it goes when the shape answers
-                    self._count_lead(p, tag[0], 1)
-                    continue
+            # As many of its shape out as it may have (control.statement_window); the
+            # others wait in the lead, counted in it, until the shape answers.
+            if plan is not None and not self._flights.offer(plan, (p, tag)):
+                self._count_lead(p, tag[0], 1)
+                continue
             if self._send(p, tag, plan):
                 self._count_lead(p, tag[0], 1)
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
@@ -471,10 +471,12 @@ class StatementBatcher:
 class ShapeFlights(Generic[T]):
     """Statement probes out by shape (``Probe.plan``), how many each shape may have out
     (control.statement_window: from one, by its answers), and the probes waiting for
-    room. A probe that may not go now waits (up to ``most`` a shape): the read-ahead
-    makes a lead's worth of them at once, and dropping them would leave a cheap shape's
-    first lead unwarmed. On the loop: the engine sends, and hears every answer (dropped
-    ones too)."""
+    room. A probe that may not go now waits, however many wait: the read-ahead makes a
+    lead's worth of them at once, and they are in the lead's page budget, which bounds
+    them. Dropped past 32 a shape, a shape of 10-row statements lost a third of its
+    statements (6,133 of 20,000) and caught up 1.33x against 1.74x with all sent
+    (update_in_stmt, 2026-11-29). On the loop: the engine sends, and hears every answer
+    (dropped ones too)."""
 
     def __init__(self, limit: int = _CACHE_LIMIT, most: int = 32) -> None:
         self._out: dict[str, int] = {}
@@ -482,18 +484,18 @@ class ShapeFlights(Generic[T]):
         # push out the oldest, not the ones still running, which would start from one
         # probe out again.
         self._window: OrderedDict[str, int] = OrderedDict()
-        self._held: dict[str, list[T]] = {}
+        self._held: dict[str, deque[T]] = {}
         self._limit, self._most = limit, most
 
-    def offer(self, plan: str, item: T) -> str:
-        """"send" now, "held" until one of the shape's probes answers, or "full" (not sent)."""
+    def offer(self, plan: str, item: T) -> bool:
+        """Whether it may go now; if not, it waits until one of the shape's probes answers."""
         if self._out.get(plan, 0) < self._window.get(plan, 1):
-            return "send"
-        held = self._held.setdefault(plan, [])
-        if len(held) >= self._most:
-            return "full"
+            return True
+        held = self._held.get(plan)
+        if held is None:
+            held = self._held[plan] = deque()
         held.append(item)
-        return "held"
+        return False
 
     def sent(self, plan: str) -> None:
         self._out[plan] = self._out.get(plan, 0) + 1
@@ -512,13 +514,16 @@ class ShapeFlights(Generic[T]):
             self._window.move_to_end(plan)
             if len(self._window) > self._limit:
                 self._window.popitem(last=False)
-        held = self._held.pop(plan, [])
+        held = self._held.get(plan)
+        if not held:
+            return [], []
         if status == "timeout":  # batched at the size that timed out: the next are smaller
-            return [], held
-        room = max(0, window - out)
-        if len(held) > room:
-            self._held[plan] = held[room:]
-        return held[:room], []
+            del self._held[plan]
+            return [], list(held)
+        send = [held.popleft() for _ in range(min(len(held), max(0, window - out)))]
+        if not held:
+            del self._held[plan]
+        return send, []
 
     def clear(self) -> list[T]:
         """Every held probe, let go (the queued ones are dropped: the gate shut, the

@@ -263,6 +263,15 @@ def _w_update_k_range(cur: Any, ids: Ids) -> int:
 
 
 
+def _w_update_traced(cur: Any, ids: Ids) -> int:
+    # update_pk as an application traced with sqlcommenter writes it: each statement ends
+    # in a comment with its request's trace context, so no two statements' texts repeat.
+    trace = f"{ids.rng.getrandbits(128):032x}-{ids.rng.getrandbits(64):016x}"
+    cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id = %s /*action='update',traceparent='00-{trace}-01'*/",
+                (f"t{ids.rng.random():.12f}", ids.existing()))
+    return 1
+
+
 def _w_upsert(cur: Any, ids: Ids) -> int:
     # An upsert of an existing row (a counter, a last-seen stamp): INSERT ... ON DUPLICATE
     # KEY UPDATE. With one unique key MIXED logs it as a statement; the SQL thread finds
@@ -289,7 +298,8 @@ def _w_update_block(cur: Any, ids: Ids) -> int:
     lo = 200 * (ids.workers * ids.rng.randint(0, ids.n // (100 * ids.workers) - 1) + ids.worker) + 2
     cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id BETWEEN %s AND %s",
                 (f"b{ids.rng.random():.12f}", lo, lo + 98))
-    return 50
+    # Counted as 10 changes: 20,000 statements of 50 rows, a catch-up of about 10 s.
+    return 10
 
 # A child table whose every row references a row of the big table: InnoDB checks each new
 # row's parent_id in the parent's primary key, a random read the SQL thread makes per INSERT.
@@ -339,11 +349,13 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
                             _w_update_k_range),
     "update_checked_mixed": ("primary-key UPDATEs that also check a second column (optimistic locking),"
                              " binlog_format=MIXED (logged as statements)", _w_update_checked),
+    "update_traced_stmt": ("update_pk with a trace context comment on each statement (sqlcommenter),"
+                           " logged as statements", _w_update_traced),
     "upsert_mixed": ("INSERT ... ON DUPLICATE KEY UPDATE of existing rows, binlog_format=MIXED"
                      " (logged as statements)", _w_upsert),
     "update_in_stmt": ("UPDATEs of 10 random rows by an IN list, logged as statements", _w_update_in),
     "update_block": ("UPDATEs of 50 consecutive rows by a primary-key range, row-based (one event"
-                     " of 50 rows)", _w_update_block),
+                     " of 50 rows; counted as 10 changes)", _w_update_block),
 }
 # Statements the source runs before a workload, in its backlog: the SQL thread applies them
 # first. The table is dropped unlogged first: MariaDB does not log CREATE TABLE IF NOT EXISTS
@@ -359,7 +371,8 @@ BINLOG_FORMAT = {"update_doc_stmt": "STATEMENT", "update_pk_stmt": "STATEMENT", 
                  "insert_fk_stmt": "STATEMENT", "oltp_write_mixed": "MIXED",
                  "update_range_stmt": "STATEMENT", "update_by_k_stmt": "STATEMENT",
                  "update_checked_mixed": "MIXED", "update_k_range_stmt": "STATEMENT",
-                 "upsert_mixed": "MIXED", "update_in_stmt": "STATEMENT"}
+                 "upsert_mixed": "MIXED", "update_in_stmt": "STATEMENT",
+                 "update_traced_stmt": "STATEMENT"}
 
 
 def _write_workload(sb: Sandbox, fn: Callable[[Any, Ids], int], changes: int, seed: int,

@@ -130,7 +130,7 @@ _SELECTS = [
     ("with-cte", "WITH c AS (SELECT id FROM u) UPDATE t JOIN c ON t.id=c.id SET t.v=1",
      "WITH c AS (SELECT id FROM `s`.u) SELECT * FROM `s`.t JOIN c ON t.id=c.id"),
     ("comments", "/* lead */ DELETE FROM t WHERE id=1 /* mid */ AND k=2 # trailing",
-     "SELECT * FROM `s`.t WHERE id=1 /* mid */ AND k=2"),
+     "SELECT * FROM `s`.t WHERE id=1   AND k=2"),  # plain comments: a space each
     ("dual-not-qualified", "DELETE FROM t WHERE a = (SELECT 1 FROM DUAL)",
      "SELECT * FROM `s`.t WHERE a = (SELECT 1 FROM DUAL)"),
     ("lowercase", "delete from t where a=1", "SELECT * FROM `s`.t where a=1"),

@@ -63,7 +63,7 @@ from typing import Any, Generic, TypeVar
 
 from lagd.prefetch.control import statement_batch, statement_window
 from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
-from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql
+from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql, uncommented
 from lagd.relaylog.events import Statement
 
 log = logging.getLogger(__name__)
@@ -149,6 +149,7 @@ def fingerprint_py(sql: str) -> Cut | None:
             sql.encode("utf-8")
         except UnicodeEncodeError:
             return None  # the sqlglot path refuses it; binding it would send bytes the driver cannot
+    sql = uncommented(sql)
     pieces: list[str] = []
     lits: list[str] = []
     strs: list[bool] = []

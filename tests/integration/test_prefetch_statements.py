@@ -220,6 +220,27 @@ def test_a_batch_of_statements_reads_every_row_each_statement_changes(sandbox: S
     assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
 
 
+def test_statements_tagged_with_their_request_share_probes_without_the_tag(sandbox: Sandbox,
+                                                                          schema: str) -> None:
+    """An application traced with sqlcommenter ends each statement with its request's
+    trace context: the server logs the comment, and no two statements' texts repeat.
+    Comments are spaces in a shape, so they share a template and probes, and no probe
+    carries an application's trace context into the replica's logs."""
+    sb = sandbox
+    _table(sb, schema)
+    rng = random.Random(5)
+    statements = [f"/* app:web */ UPDATE t SET c = c + 1 WHERE id = {rng.randint(2, ROWS)}"
+                  f" /*traceparent='00-{rng.getrandbits(128):032x}-{i:016x}-01'*/" for i in range(300)]
+    probes, snap = _probed(sb, schema, ["UPDATE t SET c = c + 1 WHERE id = 1", *statements])
+    print("prefetch:", snap.counters, snap.pool)
+    mine = [p for p in probes if p.schema == schema]
+    assert mine and snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
+    assert any(p.rows > 1 for p in mine), "statements of one shape shared a probe"
+    assert not [p.sql for p in mine if "traceparent" in p.sql or "app:web" in p.sql]
+    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
+    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+
+
 def test_a_statement_probe_reads_what_its_update_reads_off_page_documents_included(
         sandbox: Sandbox, schema: str) -> None:
     """Why a statement probe is ``SELECT *`` even where a row holds a 64 KB document

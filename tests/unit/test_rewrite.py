@@ -102,8 +102,11 @@ CASES = [
     ("update-prefix", U, ROW, (1, 10, "a", "nm2"),
      [("PRIMARY", "pk", (1,))]),
     # A new primary key moves the row and rewrites every secondary entry (they hold the key).
-    ("update-key", U, ROW, (2, 10, "a", "nm1"),
-     [("PRIMARY", "pk", (1, 2)), ("u_1", "unique", ("a",))]),
+    ("update-key", U, ROW, (200, 10, "a", "nm1"),
+     [("PRIMARY", "pk", (1, 200)), ("u_1", "unique", ("a",))]),
+    # A new key next to the old one: in the leaf the old one's probe reads (_near).
+    ("update-key-near", U, ROW, (2, 10, "a", "nm1"),
+     [("PRIMARY", "pk", (1,)), ("u_1", "unique", ("a",))]),
     ("delete", D, ROW, None,
      [("PRIMARY", "pk", (1,)), ("u_1", "unique", ("a",))]),
     ("insert", INS, None, (5, 50, "e", "nm5"),
@@ -322,8 +325,8 @@ def test_padded_size(n: int, max_keys: int, size: int) -> None:
 
 
 def test_a_short_batch_is_padded_with_its_last_key() -> None:
-    [probe] = probes_for(*deletes(7, 8, 9), batcher=ProbeBatcher(max_keys=16))
-    assert probe.params == (7, 8, 9, 9) and probe.rows == 3
+    [probe] = probes_for(*deletes(700, 800, 900), batcher=ProbeBatcher(max_keys=16))
+    assert probe.params == (700, 800, 900, 900) and probe.rows == 3
     assert probe.sql.count("%s") == 4
     probes = probes_for(*[RowChange(LINES, D, (7, f"k{i}", i), None) for i in range(3)],
                         batcher=ProbeBatcher(max_keys=16))
@@ -340,10 +343,10 @@ def deletes(*ids: int) -> list[RowChange]:
 
 
 @pytest.mark.parametrize(("max_keys", "ids", "batches"), [
-    (16, (1, 2, 1, 3, 1), [(1, 2, 3)]),
-    (2, (1, 2, 3, 4, 5), [(1, 2), (3, 4), (5,)]),
-    (2, (1, 2, 2, 3), [(1, 2), (2, 3)]),  # a key is only deduplicated while it waits
-    (1, (1, 1, 2), [(1,), (1,), (2,)]),
+    (16, (100, 200, 100, 300, 100), [(100, 200, 300)]),
+    (2, (100, 200, 300, 400, 500), [(100, 200), (300, 400), (500,)]),
+    (2, (100, 200, 300, 200), [(100, 200), (300, 200)]),  # a key is only deduplicated while it waits
+    (1, (100, 200, 100), [(100,), (200,), (100,)]),
     (3, (), []),
 ], ids=["dedup-in-window", "full-batches-then-flush", "dedup-only-while-waiting", "one-key", "nothing"])
 def test_batching(max_keys: int, ids: tuple[int, ...], batches: list[tuple[int, ...]]) -> None:
@@ -355,29 +358,50 @@ def test_batching(max_keys: int, ids: tuple[int, ...], batches: list[tuple[int, 
     assert b.duplicates == len(ids) - sum(len(x) for x in batches)
 
 
+@pytest.mark.parametrize(("ids", "probed"), [
+    # a range UPDATE's row event: one key in NEAR_SPAN, the rest in the leaves those read
+    (tuple(range(1000, 1100, 2)), (1000, 1018, 1036, 1054, 1072, 1090)),
+    ((1000, 1016, 1017, 1001, 984, 983), (1000, 1017, 984)),  # either side of the last probed
+    ((5, 5, 900), (5, 900)),  # the same row again, right after: its leaf is in
+    ((7_000_000, 12, 9_000_000_000), (7_000_000, 12, 9_000_000_000)),  # random keys: all
+], ids=["range", "both-sides", "again", "random"])
+def test_a_clustered_key_next_to_the_one_probed_last_is_not_probed(
+        ids: tuple[int, ...], probed: tuple[int, ...]) -> None:
+    b = ProbeBatcher(max_keys=64)
+    got = probes_for(*deletes(*ids), batcher=b)
+    assert [k for p in got for k in p.params[:p.rows]] == list(probed)
+    assert b.skipped.get("near_key", 0) == len(ids) - len(probed)
+
+
+def test_keys_of_rows_with_documents_are_probed_however_near() -> None:
+    """Each row's documents are pages of their own: its neighbour's probe reads none."""
+    got = probes_for(*(RowChange(DOCS, D, (i, 10), None) for i in (1, 2, 3)))
+    assert [p.params[:p.rows] for p in got if p.kind == "pk"] == [(1, 2, 3)]
+
+
 def test_full_batches_come_out_of_add_the_rest_out_of_flush() -> None:
     b = ProbeBatcher(max_keys=3)
-    outs = [b.add(c) for c in deletes(1, 2, 3, 4)]
+    outs = [b.add(c) for c in deletes(100, 200, 300, 400)]
     assert [len(o) for o in outs] == [0, 0, 1, 0]
     assert b.pending == 1
-    assert [p.params for p in b.flush()] == [(4,)]
+    assert [p.params for p in b.flush()] == [(400,)]
 
 
 def test_sql_text_is_stable_per_table_index_and_size() -> None:
-    a = probes_for(*deletes(1, 2, 3), max_keys=3)
-    b = probes_for(*deletes(7, 8, 9), max_keys=3)
-    c = probes_for(*deletes(7, 8), max_keys=3)
+    a = probes_for(*deletes(100, 200, 300), max_keys=3)
+    b = probes_for(*deletes(700, 800, 900), max_keys=3)
+    c = probes_for(*deletes(700, 800), max_keys=3)
     assert a[0].sql == b[0].sql
     assert a[0].sql != c[0].sql
 
 
 def test_reset_forgets_waiting_keys() -> None:
     b = ProbeBatcher()
-    for c in deletes(1, 2):
+    for c in deletes(100, 200):
         b.add(c)
     b.reset()
     assert b.flush() == []
-    assert [p.params for p in probes_for(*deletes(3), batcher=b)] == [(3,)]
+    assert [p.params for p in probes_for(*deletes(300), batcher=b)] == [(300,)]
 
 
 def test_undecodable_text_is_dropped_not_sent() -> None:
@@ -717,8 +741,8 @@ def test_a_created_at_index_appends_but_only_above_every_entry() -> None:
 
 def test_appends_are_counted_for_inserts_only() -> None:
     b = ProbeBatcher()
-    probes_for(RowChange(SEQ, INS, None, (10,)), RowChange(SEQ, D, (11,), None),
-               RowChange(SEQ, U, (12,), (13,)), batcher=b)
+    probes_for(RowChange(SEQ, INS, None, (10,)), RowChange(SEQ, D, (110,), None),
+               RowChange(SEQ, U, (210,), (310,)), batcher=b)
     assert not b.skipped
 
 

@@ -22,7 +22,9 @@ async def run_held(sb: Sandbox, schema: str, held: str, opts: PrefetchOptions, p
     30 s), and stop the engine once the replica has caught up."""
     dsn = sb.replica().dsn
     endpoint = Endpoint(dsn.host, dsn.port, dsn.user, dsn.password)
-    engine = await build_engine(endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe),
+    # Every key probed (near_span=0): these tests count what each key's probe reads.
+    engine = await build_engine(endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe,
+                                                                       near_span=0),
                                 index=sb.relay_log_index(), mariadb=True, pool_bytes=pool_bytes)
     submit = engine.pool.submit
 

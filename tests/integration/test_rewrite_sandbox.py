@@ -191,7 +191,7 @@ def test_row_change_probes_find_what_the_sql_thread_will_touch(
 ) -> None:
     sb, schema, reader = loaded
     conn = probe_conn(sb)
-    batcher = ProbeBatcher(max_keys=4)
+    batcher = ProbeBatcher(max_keys=4, near_span=0)
     # As inside a big transaction, where a DELETE's secondary entries are probed too: every
     # index's probe is tried on the server (rewrite.PURGED_ENTRIES).
     batcher.purge_follows = False
@@ -234,7 +234,8 @@ def test_statement_probes_select_the_rows_the_statement_touches(
 ) -> None:
     sb, schema, reader = loaded
     conn = probe_conn(sb)
-    batcher = ProbeBatcher(max_keys=1)  # one probe per statement, in order (no batching by shape)
+    # one probe per statement, in order (no batching by shape)
+    batcher = ProbeBatcher(max_keys=1, near_span=0)
     try:
         write(sb, schema, [s for s, _ in STATEMENTS] + [
             "INSERT INTO t_nokey VALUES (3, 3)",
@@ -254,7 +255,7 @@ def test_statements_of_one_shape_are_probed_together(loaded: tuple[Sandbox, str,
     """Statement-based single-row UPDATEs, as MIXED logs them: one IN-list probe per 16."""
     sb, schema, reader = loaded
     conn = probe_conn(sb)
-    batcher = ProbeBatcher()
+    batcher = ProbeBatcher(near_span=0)
     ids = list(range(5000, 5040))
     try:
         write(sb, schema, [f"UPDATE t_int SET v = 'b{i}' WHERE id = {i}" for i in ids]

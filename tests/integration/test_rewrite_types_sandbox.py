@@ -142,7 +142,7 @@ def test_row_probes_find_every_key_on_every_type(zoo: tuple[Sandbox, str, RelayL
                 for t in SHAPE_TABLES]
     write(sb, schema, ["SET SESSION time_zone = '+00:00'", "SET SESSION sql_mode = ''", *deletes])
     conn = probe_conn(sb)
-    batcher = ProbeBatcher(max_keys=4)
+    batcher = ProbeBatcher(max_keys=4, near_span=0)
     batcher.purge_follows = False  # as inside a big transaction: every index's entries probed
     try:
         probes = probes_of(reader, batcher, schema)
@@ -197,7 +197,7 @@ def test_parent_probes_find_latin1_keys(sandbox: Sandbox, schema: str, binlog_fo
         cur.execute("ANALYZE TABLE z_par")
     resolver = resolver_for(sb)
     with reader_at_sql_thread(sb) as reader, contextlib.closing(probe_conn(sb)) as conn:
-        batcher = ProbeBatcher(max_keys=4)
+        batcher = ProbeBatcher(max_keys=4, near_span=0)
         for table in ("z_par", "z_chi"):  # what the engine looks up for statements and parents
             described = resolver.describe(schema, table)
             assert described is not None

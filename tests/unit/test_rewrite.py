@@ -373,6 +373,11 @@ def test_a_clustered_key_next_to_the_one_probed_last_is_not_probed(
     assert b.skipped.get("near_key", 0) == len(ids) - len(probed)
 
 
+def test_near_span_0_probes_every_key() -> None:
+    got = probes_for(*deletes(1000, 1002, 1004), batcher=ProbeBatcher(near_span=0))
+    assert [p.params[:p.rows] for p in got] == [(1000, 1002, 1004)]
+
+
 def test_keys_of_rows_with_documents_are_probed_however_near() -> None:
     """Each row's documents are pages of their own: its neighbour's probe reads none."""
     got = probes_for(*(RowChange(DOCS, D, (i, 10), None) for i in (1, 2, 3)))

@@ -304,7 +304,7 @@ class ProbeBatcher:
     """
 
     def __init__(self, max_keys: int = DEFAULT_MAX_KEYS, *, schemas: Iterable[str] = (),
-                 exclude_schemas: Iterable[str] = ()) -> None:
+                 exclude_schemas: Iterable[str] = (), near_span: int = NEAR_SPAN) -> None:
         if type(max_keys) is not int or not 1 <= max_keys <= MAX_KEYS_LIMIT:
             raise PrefetchConfigError(
                 f"max keys per probe must be between 1 and {MAX_KEYS_LIMIT}, not {max_keys!r}",
@@ -312,6 +312,9 @@ class ProbeBatcher:
                     f"{DEFAULT_MAX_KEYS}",
             )
         self.max_keys = max_keys
+        # An integer clustered key this near the one probed last is not probed (_near);
+        # 0: every key is (the sandbox tests that count what each key's probe reads).
+        self.near_span = near_span
         self.schemas = frozenset(schemas)  # empty: every schema not excluded
         self.exclude_schemas = frozenset(exclude_schemas)
         self.skipped: Counter[str] = Counter()
@@ -574,7 +577,8 @@ class ProbeBatcher:
             if found is None:
                 return False
             batch, value = found
-        elif type(value) is int and ip.kind == "pk" and ip.row_pages == 1 and _near(ip, value):
+        elif type(value) is int and ip.kind == "pk" and ip.row_pages == 1 and _near(ip, value,
+                                                                                    self.near_span):
             # (Not where rows have documents: each row's are pages of their own.)
             self.skipped["near_key"] += 1  # its leaf comes with the key probed before it
             return True
@@ -710,11 +714,11 @@ def _appends(ip: _IndexPlan, entry: Any) -> bool:
     return kind is int and ip.kind == "pk" and entry > top - APPEND_SPAN
 
 
-def _near(ip: _IndexPlan, key: int) -> bool:
-    """The key is within NEAR_SPAN of the clustered key probed last (which it then
-    leaves as it is: a run of keys is probed every NEAR_SPAN or so)."""
+def _near(ip: _IndexPlan, key: int, span: int) -> bool:
+    """The key is within ``span`` of the clustered key probed last (which it then
+    leaves as it is: a run of keys is probed every ``span`` or so)."""
     last = ip.last
-    if last is not None and -NEAR_SPAN <= key - last <= NEAR_SPAN:
+    if span and last is not None and -span <= key - last <= span:
         return True
     ip.last = key
     return False

@@ -262,7 +262,6 @@ def _w_update_k_range(cur: Any, ids: Ids) -> int:
     return 40  # its rows, about: the catch-up reads as many pages as update_pk's
 
 
-
 def _w_update_traced(cur: Any, ids: Ids) -> int:
     # update_pk as an application traced with sqlcommenter writes it: each statement ends
     # in a comment with its request's trace context, so no two statements' texts repeat.
@@ -292,15 +291,17 @@ def _w_update_in(cur: Any, ids: Ids) -> int:
 
 def _w_update_block(cur: Any, ids: Ids) -> int:
     # An UPDATE of 50 consecutive rows (a job by a range of ids), row-based: one rows
-    # event of 50 rows in two or three leaf pages. The SQL thread spends its time on the
-    # rows, not on reads: a workload prefetch should stay out of. Blocks of 100 ids,
-    # every other one left alone (the next-key lock falls in a free block).
+    # event of 50 rows in two or three leaf pages. The SQL thread spends most of its time
+    # on the rows, a third on reads: probes pay only if they cost little (a key every
+    # rewrite.NEAR_SPAN). Blocks of 100 ids, every other one left alone (the next-key
+    # lock falls in a free block).
     lo = 200 * (ids.workers * ids.rng.randint(0, ids.n // (100 * ids.workers) - 1) + ids.worker) + 2
     cur.execute(f"UPDATE {TABLE} SET c = %s WHERE id BETWEEN %s AND %s",
                 (f"b{ids.rng.random():.12f}", lo, lo + 98))
     # Counted as 5 changes: 40,000 statements of 50 rows, a cold catch-up of about 15 s
     # (counted as 10, 7-10 s: the gate opened at 4-5 s and had 3 s left to show anything).
     return 5
+
 
 # A child table whose every row references a row of the big table: InnoDB checks each new
 # row's parent_id in the parent's primary key, a random read the SQL thread makes per INSERT.

@@ -298,36 +298,12 @@ cut(PyObject *arg)
                 continue;
             }
             break;
-        case '/':
-            if (i + 1 < n && s[i + 1] == '*') {
-                const unsigned char *close = NULL;
-                for (Py_ssize_t k = i + 2; k + 1 < n; k++)
-                    if (s[k] == '*' && s[k + 1] == '/') {
-                        close = s + k;
-                        break;
-                    }
-                if (close != NULL) {
-                    i = close - s + 2;
-                    continue;
-                }
-            }
-            i++;
+        case '/': {
+            /* a comment kept (code or a hint: uncommented took the others) is part of the shape */
+            Py_ssize_t close = comment_end(s, n, i);
+            i = close > 0 ? close : i + 1;
             continue;
-        case '-':
-            if (i + 1 < n && s[i + 1] == '-' && (i + 2 >= n || s[i + 2] == ' ' || s[i + 2] == '\t'
-                                                 || s[i + 2] == '\r' || s[i + 2] == '\n')) {
-                /* a comment to the end of the line */
-                i += 2;
-                while (i < n && s[i] != '\n')
-                    i++;
-                continue;
-            }
-            i++;
-            continue;
-        case '#':
-            while (i < n && s[i] != '\n')
-                i++;
-            continue;
+        }
         default:
             if (!(is_digit(c) || c == '.' || c == 'x' || c == 'X' || c == 'b' || c == 'B')) {
                 i++;

@@ -280,6 +280,17 @@ def _w_upsert(cur: Any, ids: Ids) -> int:
     return 1
 
 
+def _w_upsert_row(cur: Any, ids: Ids) -> int:
+    # An application writing its whole row as an upsert (a cache of another system's
+    # objects, a sync job): every column, k too, whose value the existing row keeps. Of
+    # an existing row the SQL thread reads the primary key alone; the new row's (k, id)
+    # leaf, a random one of k_1, it never reads.
+    cur.execute(f"INSERT INTO {TABLE} (id, k, c, pad) VALUES (%s, %s, %s, 'up')"
+                " ON DUPLICATE KEY UPDATE c = VALUES(c)",
+                (ids.own_existing(), ids.rng.randint(0, ids.n), f"x{ids.rng.random():.12f}"))
+    return 1
+
+
 def _w_update_in(cur: Any, ids: Ids) -> int:
     # An application's batch written as one statement: UPDATE ... WHERE id IN (10 random
     # ids), 10 scattered rows (ids of this writing thread alone: no lock waits).
@@ -355,6 +366,8 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
                            " logged as statements", _w_update_traced),
     "upsert_mixed": ("INSERT ... ON DUPLICATE KEY UPDATE of existing rows, binlog_format=MIXED"
                      " (logged as statements)", _w_upsert),
+    "upsert_row_mixed": ("INSERT ... ON DUPLICATE KEY UPDATE of existing rows giving every column,"
+                         " k random, binlog_format=MIXED (logged as statements)", _w_upsert_row),
     "update_in_stmt": ("UPDATEs of 10 random rows by an IN list, logged as statements", _w_update_in),
     "update_block": ("UPDATEs of 50 consecutive rows by a primary-key range, row-based (one event"
                      " of 50 rows; counted as 5 changes)", _w_update_block),
@@ -373,7 +386,7 @@ BINLOG_FORMAT = {"update_doc_stmt": "STATEMENT", "update_pk_stmt": "STATEMENT", 
                  "insert_fk_stmt": "STATEMENT", "oltp_write_mixed": "MIXED",
                  "update_range_stmt": "STATEMENT", "update_by_k_stmt": "STATEMENT",
                  "update_checked_mixed": "MIXED", "update_k_range_stmt": "STATEMENT",
-                 "upsert_mixed": "MIXED", "update_in_stmt": "STATEMENT",
+                 "upsert_mixed": "MIXED", "upsert_row_mixed": "MIXED", "update_in_stmt": "STATEMENT",
                  "update_traced_stmt": "STATEMENT"}
 
 

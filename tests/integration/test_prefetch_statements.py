@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,8 +32,9 @@ from tests.integration.test_relaylog_sandbox import wait_received
 ROWS = 5000
 
 
-def write(sb: Sandbox, schema: str, fmt: str, statements: list[str], settings: tuple[str, ...] = ()) -> None:
-    """``statements`` on the source, logged in ``fmt`` after ``settings``, 5 a transaction."""
+def write(sb: Sandbox, schema: str, fmt: str, statements: list[str], settings: tuple[str, ...] = (),
+          per_trx: int = 5) -> None:
+    """``statements`` on the source, logged in ``fmt`` after ``settings``, ``per_trx`` a transaction."""
     conn = sb.source.connect(schema, autocommit=False)
     try:
         with conn.cursor() as cur:
@@ -40,7 +43,7 @@ def write(sb: Sandbox, schema: str, fmt: str, statements: list[str], settings: t
                 cur.execute(sql)
             for i, sql in enumerate(statements):
                 cur.execute(sql)
-                if i % 5 == 4:
+                if i % per_trx == per_trx - 1:
                     conn.commit()
         conn.commit()
     finally:
@@ -105,7 +108,9 @@ def test_statement_backlog_is_probed_and_the_data_stays_identical(sandbox: Sandb
     assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
 
 
-async def _run_engine(sb: Sandbox, schema: str) -> tuple[list[Any], Any, tuple[int, int, int]]:
+async def _run_engine(sb: Sandbox, schema: str, enough: Callable[[list[Any]], bool] | None = None
+                      ) -> tuple[list[Any], Any, tuple[int, int, int]]:
+    """``enough``: when the SQL thread may go, from the probes sent (20 of them by default)."""
     probes: list[Any] = []
     # Not adaptive: the table is in memory, so the controller would (rightly) back off.
     opts = PrefetchOptions(connections=4, adaptive=False, min_lead_transactions=50,
@@ -113,7 +118,8 @@ async def _run_engine(sb: Sandbox, schema: str) -> tuple[list[Any], Any, tuple[i
     engine = await run_held(sb, schema, "SELECT * FROM t WHERE id = 1 FOR UPDATE", opts, 256 << 20,
                             lambda _engine, probe: probes.append(probe),
                             # until the cursor has read ahead and probed
-                            lambda engine: engine.counters.probes_submitted >= 20)
+                            lambda engine: engine.counters.probes_submitted >= 20 if enough is None
+                            else enough(probes))
     return probes, engine.snapshot(), (engine.batcher.rows, engine.batcher.moving, engine.batcher.deletes)
 
 
@@ -315,3 +321,51 @@ def test_a_statement_probe_of_one_unindexed_column_reads_what_select_star_reads(
     assert found["id"] + 40 <= found["*"], found  # 50 rows' records: it tells covering from not
     for narrow in ("ISNULL(`c`)", "ISNULL(`pad`)"):
         assert abs(found[narrow] - found["*"]) <= 0.1 * found["*"], found
+
+
+def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandbox, schema: str) -> None:
+    """INSERT ... ON DUPLICATE KEY UPDATE from a MIXED source, logged as statements: of a
+    row that exists the SQL thread reads the primary key's entry and the row, never the
+    (k, id) leaf the new row would have had. Once the primary-key probes find the rows,
+    the k_1 entries go unprobed; upserts of new rows after them get theirs probed again."""
+    sb = sandbox
+    _table(sb, schema)
+    rng = random.Random(11)
+    sql = "INSERT INTO t (id, k, c) VALUES ({}, {}, 1) ON DUPLICATE KEY UPDATE c = c + VALUES(c)"
+    # The first few hundred are read before the table's indexes are looked up (table_lookup).
+    existing = [sql.format(rng.randint(2, ROWS), rng.randint(0, 99)) for _ in range(1200)]
+    # As many again: the cursor reads on while the answers that tell them new come back.
+    new = [sql.format(ROWS + 1 + i, rng.randint(0, 99)) for i in range(1200)]
+    try:
+        write(sb, schema, "MIXED", ["UPDATE t SET c = c + 1 WHERE id = 1", *existing, *new], per_trx=20)
+        wait_received(sb)
+        # Held until the new rows' entries are probed: the SQL thread must not pass the cursor.
+        probes, snap, _ = asyncio.run(_run_engine(sb, schema, lambda probes: any(
+            int(n) > ROWS + 400 for p in probes[-4:] for n in re.findall(r"\d+", p.sql.split(" IN ")[-1]))))
+    finally:
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    print("prefetch:", snap.counters, snap.pool)
+    mine = [p for p in probes if p.schema == schema]
+    assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
+    primary = [p for p in mine if p.index == "PRIMARY"]
+    assert primary and all(p.upsert for p in primary)
+
+    def entries(index: str, new: bool) -> int:
+        """The entries probed of existing rows' upserts, or of new rows'."""
+        id_of = r", (\d+)\)" if index == "k_1" else r"\d+"  # (k, id) pairs, or ids
+        ids = [(p.rows, [int(n) for n in re.findall(id_of, p.sql.split(" IN ")[1])])
+               for p in mine if p.index == index]
+        return sum(n for n, of in ids if (min(of) > ROWS if new else max(of) <= ROWS))
+
+    k_of_existing, primary_of_existing = entries("k_1", False), entries("PRIMARY", False)
+    assert primary_of_existing >= 300, "every upsert's primary-key entry is probed"
+    # Those read before the first answers told the rows exist (the cursor reads ahead in
+    # bursts), none of the rest.
+    assert k_of_existing < primary_of_existing / 2, (k_of_existing, primary_of_existing)
+    assert snap.counters["skipped"]["row_exists"] >= 300
+    # And again, once the answers tell the rows are new.
+    k_of_new, primary_of_new = entries("k_1", True), entries("PRIMARY", True)
+    assert k_of_new > primary_of_new / 2, (k_of_new, primary_of_new)
+    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
+    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src

@@ -304,3 +304,64 @@ def test_a_parent_in_an_excluded_schema_is_not_probed_from_a_statement() -> None
     b = fk_batcher(("c", keys), exclude=("audit",))
     assert statement_probes(b, "INSERT INTO c (id, pid) VALUES (1, 2)") == [("c", "PRIMARY", "`id` IN (1)")]
     assert b.unknown_tables() == []
+
+
+# ----- upserts: a row that exists is found in the primary key, its other entries not read ---
+
+@pytest.mark.parametrize(("sql", "on_duplicate"), [
+    ("INSERT INTO t (id, k) VALUES (5, 17)", None),
+    ("REPLACE INTO t (id, k) VALUES (5, 17)", None),  # an existing row is replaced: every entry
+    ("INSERT IGNORE INTO t (id, k) VALUES (5, 17)", frozenset()),
+    ("INSERT INTO t (id, k, c) VALUES (5, 17, 'x') ON DUPLICATE KEY UPDATE c = VALUES(c)",
+     frozenset({"c"})),
+    ("INSERT INTO t (id, k, c) VALUES (5, 17, 'x') AS new ON DUPLICATE KEY UPDATE C = new.c, t.k = new.k",
+     frozenset({"c", "k"})),
+])
+def test_an_upserts_shape_knows_what_its_update_assigns(sql: str, on_duplicate: frozenset[str] | None
+                                                        ) -> None:
+    shape, _, _ = shape_of(sql)
+    assert isinstance(shape, InsertShape) and shape.on_duplicate == on_duplicate
+
+
+def upserts(b: ProbeBatcher, sql: str, ids: range) -> list[Any]:
+    out = [p for i in ids for p in b.add_statement(Statement("s", sql.format(i), 0, 0))]
+    return out + b.flush()
+
+
+def test_upserts_of_rows_that_exist_probe_only_the_entries_they_read() -> None:
+    b = ProbeBatcher(max_keys=16)
+    b.learn_table("s", "t", SB_KEYS)
+    sql = "INSERT INTO t (id, k, c) VALUES ({}, 17, 'x') ON DUPLICATE KEY UPDATE c = VALUES(c)"
+    b.add_statement(Statement("s", sql.format(0), 0, 0))  # the shape's first: not parsed
+    first = upserts(b, sql, range(1, 97))
+    # Nothing answered yet: every entry; the primary key's probes say whether rows exist.
+    assert sorted({(p.index, p.upsert) for p in first}) == [("PRIMARY", True), ("k_1", False)]
+    for p in first:
+        if p.upsert:
+            b.statements.inserts.found(p.schema, p.table, p.rows, p.rows)  # every row found
+    assert b.statements.inserts.upsert_entries("s", "t")[0] is False
+    second = upserts(b, sql, range(97, 129))
+    assert {p.index for p in second} == {"PRIMARY"} and b.skipped["row_exists"] == 32
+    # Rows that turn out new: their entries are probed again.
+    for p in second:
+        b.statements.inserts.found(p.schema, p.table, p.rows, 0)
+    assert {p.index for p in upserts(b, sql, range(129, 131))} == {"PRIMARY", "k_1"}
+
+
+def test_an_upserts_update_of_an_indexed_column_keeps_its_entry_probed() -> None:
+    b = ProbeBatcher(max_keys=16)
+    b.learn_table("s", "t", SB_KEYS)
+    sql = "INSERT INTO t (id, k) VALUES ({}, 17) ON DUPLICATE KEY UPDATE k = VALUES(k)"
+    b.add_statement(Statement("s", sql.format(0), 0, 0))
+    b.statements.inserts.found("s", "t", 128, 128)
+    assert {p.index for p in upserts(b, sql, range(1, 3))} == {"PRIMARY", "k_1"}
+
+
+def test_plain_inserts_probe_every_entry_whatever_upserts_found() -> None:
+    b = ProbeBatcher(max_keys=16)
+    b.learn_table("s", "t", SB_KEYS)
+    b.statements.inserts.found("s", "t", 128, 128)
+    for sql in ("INSERT INTO t (id, k) VALUES ({}, 17)", "REPLACE INTO t (id, k) VALUES ({}, 17)"):
+        b.add_statement(Statement("s", sql.format(0), 0, 0))
+        got = upserts(b, sql, range(1, 3))
+        assert {(p.index, p.upsert) for p in got} == {("PRIMARY", False), ("k_1", False)}

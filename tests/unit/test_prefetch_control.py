@@ -210,3 +210,17 @@ def test_the_probes_a_statement_shape_has_out_follow_its_answers(window: int, st
                                                                  why: str) -> None:
     got, reason = control.statement_window(window, 32, status)
     assert got == expected and why in reason, reason
+
+
+@pytest.mark.parametrize(("asked", "found", "probed", "why"), [
+    (0, 0, True, "too few to tell"),
+    (63, 63, True, "too few to tell"),
+    (64, 58, False, "91% of upserted rows exist"),
+    (128, 128, False, "100% of upserted rows exist"),
+    (128, 115, True, "90% of upserted rows exist: the new rows' entries are probed"),
+    (200, 20, True, "10% of upserted rows exist"),
+])
+def test_upserts_probe_their_other_entries_unless_their_rows_exist(asked: float, found: float, probed: bool,
+                                                                  why: str) -> None:
+    got, reason = control.upsert_entries(asked, found)
+    assert got is probed and why in reason

@@ -444,6 +444,25 @@ def test_a_statement_probes_answer_sizes_its_shapes_next_batches() -> None:
     assert heard == [("s\0UPDATE t SET c = ? WHERE k = ?", "timeout", 0.5)]
 
 
+def test_what_an_upserts_primary_key_probe_found_is_told_to_the_insert_batcher() -> None:
+    found: list[tuple[str, str, int, int]] = []
+    inserts = SimpleNamespace(found=lambda *a: found.append(a))
+    batcher = SimpleNamespace(statements=SimpleNamespace(answered=lambda *a: None, inserts=inserts))
+    limits = control.limits_for(10, 1000, 64 << 20, 30.0, 256 << 20, 0.25)
+    tuning = control.Tuning(10, 1000, 4, 8, adaptive=True)
+    eng = PrefetchEngine(reader=None, monitor=None, pool=StubPool(), batcher=batcher,  # type: ignore[arg-type]
+                         limits=limits, tuning=tuning, clock=lambda: 0.0)
+
+    def probe(upsert: bool) -> SimpleNamespace:
+        return SimpleNamespace(rows=16, pages=0, kind="statement", plan=None, schema="s", table="t",
+                               upsert=upsert)
+
+    eng._on_done(probe(True), (1, 0), Outcome("ok", 15, 0.01))
+    eng._on_done(probe(True), (1, 0), Outcome("timeout", 0, 0.5))  # found nothing: says nothing
+    eng._on_done(probe(False), (1, 0), Outcome("ok", 3, 0.01))  # a plain INSERT's
+    assert found == [("s", "t", 16, 15)]
+
+
 def test_a_statement_shape_has_one_probe_out_until_its_first_answers() -> None:
     """16 statements of 40 scattered rows a probe timed out, all 32 sent at once before
     any answered (update_k_range_stmt): a shape starts with one probe out, the others

@@ -312,6 +312,32 @@ def statement_window(window: int, most: int, status: str) -> tuple[int, str]:
     return min(most, window + 1), f"a probe answered: {min(most, window + 1)} probes out at once"
 
 
+# An upsert (INSERT ... ON DUPLICATE KEY UPDATE, INSERT IGNORE) whose row exists stops
+# at the primary key: InnoDB inserts into the clustered index first, finds the duplicate
+# and updates the row there (or ignores it); its other indexes' new entries are never
+# read, but those the update assigns. A probe of them reads a leaf for nothing, a random
+# one on a real table: as many pages again as the probes the SQL thread needs. Whether
+# the rows exist is what the primary-key probes of a table's upserts found (their rows
+# counted, as every probe's are), over about the last EXISTING_KEYS of them. Above
+# EXISTING_SHARE the other entries go unprobed: a row that turns out to be new then
+# reads its secondary leaves cold, as without lagd, where a probe of each would have
+# read ten pages for nothing for every one it warmed.
+EXISTING_SHARE = 0.9
+EXISTING_KEYS = 128
+
+
+def upsert_entries(asked: float, found: float) -> tuple[bool, str]:
+    """Whether a table's upserts get their secondary (and foreign-key parent) entries
+    probed, from the primary-key entries their probes asked for and found (decayed)."""
+    if asked < EXISTING_KEYS / 2:
+        return True, f"{asked:.0f} primary-key entries of upserts answered: too few to tell if rows exist"
+    share = found / asked
+    if share >= EXISTING_SHARE:
+        return False, (f"{share:.0%} of upserted rows exist: their other entries are not read,"
+                       " not probed")
+    return True, f"{share:.0%} of upserted rows exist: the new rows' entries are probed"
+
+
 # ----- connection slots: the replica's other clients come first ----------------------
 
 # Probe sessions take connection slots the replica's own clients may need: at

@@ -302,9 +302,11 @@ class PrefetchEngine:
             for p, tag in drop:
                 self._skip("shape_timed_out")
                 self._count_lead(p, tag[0], -1)
-        answered = getattr(getattr(self.batcher, "statements", None), "answered", None)
-        if answered is not None:
-            answered(plan, outcome.status, outcome.seconds)
+        statements = getattr(self.batcher, "statements", None)
+        if statements is not None:
+            statements.answered(plan, outcome.status, outcome.seconds)
+            if getattr(probe, "upsert", False) and outcome.status == "ok":
+                statements.inserts.found(probe.schema, probe.table, probe.rows, outcome.rows)
         more = outcome.rows - (probe.pages or probe.rows)
         if outcome.status == "ok" and trx is not None and more > 0:
             trx.probed += more

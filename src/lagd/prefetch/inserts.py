@@ -46,10 +46,12 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from lagd.prefetch.control import EXISTING_KEYS, upsert_entries
 from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, converted, document_select, quote_ident
 from lagd.relaylog.events import ForeignKey
 from lagd.relaylog.schema import btree_indexes, foreign_keys
 
+log = logging.getLogger(__name__)
 _MYSQL = sqlglot.Dialect.get_or_raise("mysql")
 # A shape sqlglot cannot parse is refused here, once per shape, with its reason in the
 # skip counters; its own "falling back to parsing as a Command" warning would only puzzle.
@@ -83,6 +85,10 @@ class InsertShape:
     table: str
     columns: tuple[str, ...] | None
     rows: tuple[tuple[int | None, ...], ...]
+    # None: a row that exists is an error (INSERT) or replaced (REPLACE): every new entry
+    # is read. Else an upsert: the columns its update of an existing row assigns (ON
+    # DUPLICATE KEY UPDATE; none for INSERT IGNORE), whose indexes' entries it reads.
+    on_duplicate: frozenset[str] | None = None
 
 
 def _refused(skipped: str, reason: str) -> StatementRewrite:
@@ -131,7 +137,24 @@ def parse_insert(marked: str, schema: str | None, slot_of: Callable[[str], int |
         if columns is not None and len(items) != len(columns):
             return _refused("unparsable_statement", "a row's values do not match the column list")
         rows.append(tuple(_slot(v, slot_of) for v in items))
-    return InsertShape(table_schema, target.name, columns, tuple(rows))
+    upsert = None if verb is not None and verb.group(1).upper() == "REPLACE" else _on_duplicate(tree)
+    return InsertShape(table_schema, target.name, columns, tuple(rows), upsert)
+
+
+def _on_duplicate(tree: exp.Insert) -> frozenset[str] | None:
+    """The columns an upsert's update of an existing row assigns (none for INSERT IGNORE);
+    None for a plain INSERT, or an update lagd cannot read (then it is one)."""
+    conflict = tree.args.get("conflict")
+    if conflict is None:
+        return frozenset() if tree.args.get("ignore") else None
+    if not conflict.args.get("duplicate"):
+        return None
+    sets = []
+    for e in conflict.expressions:
+        if not isinstance(e, exp.EQ) or not isinstance(e.this, exp.Column):
+            return None
+        sets.append(e.this.name.lower())
+    return frozenset(sets)
 
 
 def _slot(value: Any, slot_of: Callable[[str], int | None]) -> int | None:
@@ -363,12 +386,13 @@ class Tables(Protocol):
 class _Entries:
     """One index's new entries waiting for their probe (a dict key by identity)."""
 
-    __slots__ = ("head", "index", "parent", "schema", "table", "values")
+    __slots__ = ("head", "index", "parent", "schema", "table", "upsert", "values")
 
-    def __init__(self, schema: str, table: str, ix: KeyIndex, parent: bool) -> None:
+    def __init__(self, schema: str, table: str, ix: KeyIndex, parent: bool, upsert: bool = False) -> None:
         self.head = probe_head(schema, table, ix).replace("%", "%%")
         self.schema, self.table, self.index = schema, table, ix.name
         self.parent = parent  # a foreign key's check, in its parent
+        self.upsert = upsert  # upserts' primary-key entries: what they find tells whether rows exist
         self.values: dict[str, None] = {}
 
 
@@ -381,10 +405,12 @@ class InsertBatcher:
         self._shapes: dict[tuple[str, str | None], InsertShape | StatementRewrite] = {}
         # id(shape) -> (shape, the table it was planned for, its steps or None, the entries
         # a statement leaves to the change buffer, the parents as known then): see plan()
-        self._plans: dict[int, tuple[InsertShape, TableKeys,
-                                     tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None,
+        self._plans: dict[int, tuple[InsertShape, TableKeys, tuple[_Step, ...] | None,
                                      int, tuple[TableKeys | None, ...]]] = {}
-        self._batches: dict[tuple[str, str, KeyIndex, bool], _Entries] = {}
+        self._batches: dict[tuple[str, str, KeyIndex, bool, bool], _Entries] = {}
+        # (schema, table) -> the primary-key entries its upserts' probes asked for and
+        # found, decayed (control.upsert_entries): whether their rows exist
+        self._existing: dict[tuple[str, str], tuple[float, float]] = {}
         self._waiting: dict[_Entries, None] = {}  # batches holding entries, oldest first
         self._buffered = False
         self.skipped: Counter[str] = Counter()  # the entries left to the change buffer
@@ -439,9 +465,13 @@ class InsertBatcher:
         if steps is None:
             return [], _refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
                                                         " names a column the replica's table lacks")
+        every = shape.on_duplicate is None or self.upsert_entries(shape.schema, shape.table)[0]
         out: list[Probe] = []
-        for batch, parts in steps:
+        for batch, parts, read in steps:
             if batch.parent and not checks:
+                continue
+            if not (every or read):
+                self.skipped["row_exists"] += 1
                 continue
             value = _entry(parts, lits, strs)
             if value is None:
@@ -454,6 +484,23 @@ class InsertBatcher:
                 out.append(self._emit(batch))
         return out, None
 
+    def upsert_entries(self, schema: str, table: str) -> tuple[bool, str]:
+        """Whether the table's upserts get their other entries probed, and why."""
+        return upsert_entries(*self._existing.get((schema, table), (0.0, 0.0)))
+
+    def found(self, schema: str, table: str, asked: int, found: int) -> None:
+        """A probe of upserts' primary-key entries answered: ``found`` of ``asked`` exist."""
+        key = (schema, table)
+        was_asked, was_found = self._existing.get(key, (0.0, 0.0))
+        keep = 0.5 ** (asked / EXISTING_KEYS)  # what was asked before counts half after as many again
+        if key not in self._existing and len(self._existing) >= _CACHE_LIMIT:
+            self._existing.clear()
+        before = upsert_entries(was_asked, was_found)[0]
+        now = self._existing[key] = (was_asked * keep + asked, was_found * keep + min(found, asked))
+        every, why = upsert_entries(*now)
+        if every != before:
+            log.debug("upserts into %s.%s: %s", schema, table, why)
+
     def _parents(self, keys: TableKeys) -> tuple[TableKeys | None, ...]:
         """The parent of each foreign key as known now (None: not yet, asked for; or kept
         out of prefetch): a plan made before a parent was known is made again."""
@@ -462,7 +509,7 @@ class InsertBatcher:
                      for fk in keys.foreign)
 
     def _steps(self, shape: InsertShape, keys: TableKeys, parents: tuple[TableKeys | None, ...]
-               ) -> tuple[tuple[tuple[_Entries, tuple[tuple[int, str], ...]], ...] | None, int]:
+               ) -> tuple[tuple[_Step, ...] | None, int]:
         refs = [ref for fk, parent in zip(keys.foreign, parents, strict=True)
                 if parent is not None and (ref := parent_key(fk, parent)) is not None]
         made = plan(shape, keys, refs)
@@ -470,6 +517,7 @@ class InsertBatcher:
             return None, 0
         steps = []
         buffered = 0
+        sets = shape.on_duplicate
         for target, parts in made:
             if isinstance(target, ParentKey):
                 schema, table, ix = target.schema, target.table, target.index
@@ -481,11 +529,15 @@ class InsertBatcher:
             # A self-referencing key's parent entries get a batch of their own: with
             # foreign_key_checks=0 they are left out, the table's own entries are not.
             parent = isinstance(target, ParentKey)
-            key = (schema, table, ix, parent)
+            upsert = sets is not None and not parent and ix.name == "PRIMARY"
+            # Read when the row exists: the primary key's entry, and the entries (or a
+            # parent's check) of the columns the update assigns.
+            read = upsert or sets is None or any(keys.names[c] in sets for c in target.columns)
+            key = (schema, table, ix, parent, upsert)
             batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[key] = _Entries(schema, table, ix, parent)
-            steps.append((batch, parts))
+                batch = self._batches[key] = _Entries(schema, table, ix, parent, upsert)
+            steps.append((batch, parts, read))
         return tuple(steps), buffered
 
     def flush(self) -> list[Probe]:
@@ -496,7 +548,12 @@ class InsertBatcher:
         batch.values = {}
         self._waiting.pop(batch, None)
         return Probe(f"{batch.head}{', '.join(values)})", (), batch.schema, batch.table, batch.index,
-                     len(values), "statement")
+                     len(values), "statement", upsert=batch.upsert)
+
+
+# A batch of a plan, the (literal slot, column class) of each column of its entry, and
+# whether the SQL thread reads that entry when an upsert's row exists.
+_Step = tuple[_Entries, tuple[tuple[int, str], ...], bool]
 
 
 _CACHE_LIMIT = 4096

@@ -88,6 +88,9 @@ class Probe:
     # The buffer-pool pages it may bring in, where a row is more than its leaf's share
     # (a clustered probe of rows with off-page documents); 0: one page a row.
     pages: int = 0
+    # Upserts' primary-key entries: the rows it finds tell whether they exist
+    # (inserts.InsertBatcher.found).
+    upsert: bool = False
 
 
 def index_probe_sql(

@@ -369,3 +369,52 @@ def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandb
     assert k_of_new > primary_of_new / 2, (k_of_new, primary_of_new)
     src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
     assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+
+
+def test_auto_increment_inserts_probe_the_entries_of_the_ids_the_source_gave(sandbox: Sandbox,
+                                                                             schema: str) -> None:
+    """INSERTs into an AUTO_INCREMENT table from a MIXED source, the id left out (or 0,
+    as sysbench's oltp_insert writes it): MariaDB logs each as a statement after an Intvar
+    INSERT_ID event, the value the SQL thread gives its first row again. The new (u, id)
+    entries are probed with exactly those ids, rows of one statement
+    auto_increment_increment apart; the primary key's, at the table's end, are not."""
+    sb = sandbox
+    _table(sb, schema)
+    sb.start_sql_thread()
+    sb.source.query("CREATE TABLE ev (id INT AUTO_INCREMENT PRIMARY KEY, u INT NOT NULL,"
+                    " note VARCHAR(20), KEY u_1 (u))", db=schema)
+    sb.source.query("INSERT INTO ev (u) SELECT seq % 50 FROM seq_1_to_5000", db=schema)
+    sb.wait_caught_up(timeout=60)
+    sb.stop_sql_thread()
+    rng = random.Random(3)
+    # The first few hundred are read before the table's indexes are looked up (table_lookup).
+    single = [f"INSERT INTO ev (u, note) VALUES ({rng.randint(0, 49)}, 'a')" for _ in range(600)]
+    zero = [f"INSERT INTO ev (id, u, note) VALUES (0, {rng.randint(0, 49)}, 'b')" for _ in range(100)]
+    multi = ["INSERT INTO ev (u) VALUES " + ", ".join(f"({rng.randint(0, 49)})" for _ in range(3))
+             for _ in range(100)]
+    probes: list[Any] = []
+    try:
+        write(sb, schema, "MIXED", ["UPDATE t SET c = c + 1 WHERE id = 1", *single, *zero])
+        multi_from = sb.source.query("SELECT MAX(id) AS m FROM ev", db=schema)[0]["m"]
+        write(sb, schema, "MIXED", multi, ("SET SESSION auto_increment_increment = 2",))
+        wait_received(sb)
+        probes, snap, _ = asyncio.run(_run_engine(sb, schema, lambda probes: any(
+            int(i) > multi_from + 500 for p in probes[-4:] if p.index == "u_1"
+            for i in re.findall(r", (\d+)\)", p.sql))))
+    finally:
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    print("prefetch:", snap.counters, snap.pool)
+    mine = [p for p in probes if p.schema == schema and p.table == "ev"]
+    assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
+    assert not [p for p in mine if p.index == "PRIMARY"], "an auto-increment key's new entry is an append"
+    probed = {(int(u), int(i)) for p in mine if p.index == "u_1"
+              for u, i in re.findall(r"\((\d+), (\d+)\)", p.sql.split(" IN ")[1])}
+    rows = {(r["u"], r["id"]) for r in sb.source.query("SELECT u, id FROM ev WHERE id > 5000", db=schema)}
+    assert probed <= rows, f"probed ids the rows did not get: {sorted(probed - rows)[:5]}"
+    assert len({p for p in probed if p[1] <= multi_from}) >= 300
+    # Three rows a statement, 2 apart (auto_increment_increment 2 in the Query event).
+    assert len({p for p in probed if p[1] > multi_from}) >= 150
+    for table in ("t", "ev"):
+        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
+        assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src

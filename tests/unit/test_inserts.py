@@ -365,3 +365,44 @@ def test_plain_inserts_probe_every_entry_whatever_upserts_found() -> None:
         b.add_statement(Statement("s", sql.format(0), 0, 0))
         got = upserts(b, sql, range(1, 3))
         assert {(p.index, p.upsert) for p in got} == {("PRIMARY", False), ("k_1", False)}
+
+
+# ----- AUTO_INCREMENT: the values the source gave (an Intvar INSERT_ID event) ----------------
+
+AUTO_ROWS = info_rows([("id", "int(11)"), ("k", "int(11)"), ("c", "char(120)"), ("pad", "char(60)")],
+                      [("PRIMARY", ("id",), True), ("k_1", ("k",), False)])
+AUTO_ROWS[0][0]["EXTRA"] = "auto_increment"
+AUTO_KEYS = table_keys(*AUTO_ROWS)
+
+
+@pytest.mark.parametrize(("sql", "insert_id", "step", "expected"), [
+    # the id left out: its (k, id) entry from INSERT_ID; the primary key's, an append, not probed
+    ("INSERT INTO t (k, c) VALUES (17, 'x')", 100, 1, {"k_1": ["(17, 100)"]}),
+    ("INSERT INTO t (k, c) VALUES (17, 'x')", None, 1, {}),
+    # sysbench's oltp_insert: VALUES (0, ...) takes the next value too
+    ("INSERT INTO t (id, k, c, pad) VALUES (0, 17, \"c\", \"p\")", 100, 1, {"k_1": ["(17, 100)"]}),
+    ("INSERT INTO t (id, k, c, pad) VALUES (0, 17, \"c\", \"p\")", None, 1, {}),
+    ("INSERT INTO t VALUES (NULL, 17, 'c', 'p')", 100, 1, {"k_1": ["(17, 100)"]}),
+    # rows of one statement: auto_increment_increment apart
+    ("INSERT INTO t (k) VALUES (1), (2), (3)", 100, 2, {"k_1": ["(1, 100)", "(2, 102)", "(3, 104)"]}),
+    # a row naming its own id moves the counter: the others are not followed
+    ("INSERT INTO t (id, k) VALUES (0, 1), (500, 2)", 100, 1, {"PRIMARY": ["500"], "k_1": ["(2, 500)"]}),
+    ("INSERT INTO t (id, k) VALUES (5, 17)", None, 1, {"PRIMARY": ["5"], "k_1": ["(17, 5)"]}),
+])
+def test_an_auto_increment_rows_entries_take_the_value_the_source_gave(
+        sql: str, insert_id: int | None, step: int, expected: dict[str, list[str]]) -> None:
+    shape, lits, strs = shape_of(sql)
+    assert isinstance(shape, InsertShape) and AUTO_KEYS is not None and AUTO_KEYS.auto == 0
+    found = entries(shape, AUTO_KEYS, lits, strs, insert_id=insert_id, step=step)
+    assert found is not None and {ix.name: v for ix, v in found.items()} == expected
+
+
+def test_the_batcher_counts_an_auto_increment_primary_key_as_an_append() -> None:
+    b = ProbeBatcher(max_keys=2)
+    b.learn_table("s", "t", AUTO_KEYS)
+    sql = "INSERT INTO t (k, c) VALUES ({}, 'x')"
+    b.add_statement(Statement("s", sql.format(0), 0, 0, insert_id=1))
+    out = [p for i in (1, 2)
+           for p in b.add_statement(Statement("s", sql.format(10 + i), 0, 0, insert_id=40 + i))]
+    assert [p.sql.split(" WHERE ")[1] for p in out] == ["(`k`, `id`) IN ((11, 41), (12, 42))"]
+    assert b.skipped["append"] == 2

@@ -190,3 +190,33 @@ def test_broken_header_resyncs_on_the_next_transaction(tmp_path):
     events, stats = read_log_files(f, resolver=TableMapResolver(decode_all=True))
     assert stats.corrupt_events >= 1
     assert [r.after[0] for r in of(events, RowChange)] == [63]
+
+
+def test_insert_id_events_give_their_statement_its_first_auto_increment_value():
+    """A MySQL 5.0 relay log of statement-based INSERTs into auto-increment tables: each
+    INSERT after an Intvar INSERT_ID event carries that value, the others none."""
+    events, _ = decode("corrupt-relay-bin.000624")
+    statements = of(events, Statement)
+    ids = [(s.sql[:18], s.insert_id, s.auto_increment) for s in statements[:3]]
+    assert ids == [("insert into RECORD", 2261912383, 1), ("insert into RECORD", 2261912382, 1),
+                   ("insert into PERSON", 539886506, 1)]
+    given = [s for s in statements if s.insert_id is not None]
+    assert len(given) == 232 and all(s.sql.lower().startswith("insert") for s in given)
+    assert all(s.insert_id is None for s in statements if not s.sql.lower().startswith("insert"))
+
+
+@pytest.mark.parametrize(("status", "step"), [
+    (b"", 1),
+    # flags2, sql_mode, catalog "std", then auto_increment_increment 2, offset 1
+    (b"\x00" + bytes(4) + b"\x01" + bytes(8) + b"\x06\x03std" + b"\x03\x02\x00\x01\x00", 2),
+    # the old Q_CATALOG_CODE (NUL-terminated) before it
+    (b"\x02\x03std\x00" + b"\x03\x05\x00\x01\x00", 5),
+    (b"\x00" + bytes(4) + b"\x04" + bytes(6), 1),  # charset, no auto_increment
+    (b"\x80\x01\x03\x02\x00\x01\x00", 1),  # a variable not known here before it: stop
+    (b"\x03\x00\x00", 1),  # cut short
+])
+def test_a_query_events_auto_increment_increment(status: bytes, step: int) -> None:
+    from lagd.relaylog.decoder import _auto_increment  # noqa: PLC0415
+
+    buf = b"head" + status + b"tail"
+    assert _auto_increment(buf, 4, len(status)) == step

@@ -358,7 +358,7 @@ class StatementBatcher:
         t = self._templates.get(key)
         if t is None:  # an INSERT shape never has a template: the test waits until here
             if is_insert(shape):
-                return self._insert(key, lits, strs, stmt.foreign_key_checks)
+                return self._insert(key, lits, strs, stmt)
             if self._first_seen(key):
                 return self._direct(stmt, _plan_key(key))
             self.stats["shapes"] += 1
@@ -419,7 +419,7 @@ class StatementBatcher:
         return True
 
     def _insert(self, key: tuple[str, str | None], lits: tuple[str, ...], strs: tuple[bool, ...],
-                checks: bool) -> tuple[list[Probe], StatementRewrite | None]:
+                stmt: Statement) -> tuple[list[Probe], StatementRewrite | None]:
         shape = self.inserts.known(key)
         if shape is None:
             if self._first_seen(key):
@@ -430,7 +430,8 @@ class StatementBatcher:
         if not self.wants(shape.schema):
             return [], _excluded(shape.schema)
         self.stats["inserts"] += 1
-        return self.inserts.add(shape, lits, strs, checks)
+        return self.inserts.add(shape, lits, strs, stmt.foreign_key_checks, stmt.insert_id,
+                                stmt.auto_increment)
 
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)

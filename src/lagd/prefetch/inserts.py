@@ -190,6 +190,7 @@ class TableKeys:
     # What a one-table statement probe of it selects (probe_select): the same pages
     # ``*`` reads, a byte a row (or a document) sent instead of the rows.
     select: str = "*"
+    auto: int | None = None  # the ordinal of its AUTO_INCREMENT column
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,8 +246,10 @@ def table_keys(columns: Iterable[Mapping[str, Any]], stats: Iterable[Mapping[str
         indexes.append(KeyIndex(ix.name, probed, quoted[0] if len(quoted) == 1 else f"({', '.join(quoted)})",
                                 ix.unique or ix.primary))
     wide = [n for n, c in zip(spelled, cols, strict=True) if _document(str(c.get("COLUMN_TYPE") or ""))]
+    auto = next((i for i, c in enumerate(cols) if classes[i] == "int"
+                 and "auto_increment" in str(c.get("EXTRA") or "").lower()), None)
     return TableKeys(names, classes, tuple(indexes), frozenset(indexed),
-                     tuple(foreign_keys(fks, ordinal)), probe_select(spelled, wide, indexed))
+                     tuple(foreign_keys(fks, ordinal)), probe_select(spelled, wide, indexed), auto)
 
 
 def probe_select(columns: list[str], wide: list[str], indexed: Collection[str]) -> str:
@@ -308,7 +311,12 @@ def plan(shape: InsertShape, keys: TableKeys, parents: Iterable[ParentKey] = ())
     (literal slot, column class) of each of its columns, where every one has a
     literal; None when the column list names a column the table lacks, or a row has
     another number of values. Made once per shape and table: a statement then only
-    checks its literals' classes. A NULL has no slot: no entry, and no foreign-key check."""
+    checks its literals' classes. A NULL has no slot: no entry, and no foreign-key check.
+
+    The table's AUTO_INCREMENT column, in one of its own indexes, is a part of class
+    ``@<row>`` (``^<row>`` leading the primary key), its slot the row's literal or -1
+    where it has none (left out, NULL, DEFAULT): the value the source gave that row
+    where the statement has one (:func:`auto_values`), else the literal's own."""
     if shape.columns is None:
         order: tuple[int, ...] = tuple(range(len(keys.names)))
     else:
@@ -319,7 +327,8 @@ def plan(shape: InsertShape, keys: TableKeys, parents: Iterable[ParentKey] = ())
     out: list[tuple[KeyIndex | ParentKey, tuple[tuple[int, str], ...]]] = []
     targets: list[tuple[KeyIndex | ParentKey, tuple[int, ...]]] = [
         *((ix, ix.columns) for ix in keys.indexes), *((p, p.columns) for p in parents)]
-    for row in shape.rows:
+    auto = keys.auto
+    for i, row in enumerate(shape.rows):
         if len(row) != len(order):
             return None
         slot_of = dict(zip(order, row, strict=True))
@@ -327,6 +336,10 @@ def plan(shape: InsertShape, keys: TableKeys, parents: Iterable[ParentKey] = ())
             parts = []
             for c in columns:
                 slot, cls = slot_of.get(c), keys.classes[c]
+                if c == auto and isinstance(ix, KeyIndex):
+                    lead = ix.name == "PRIMARY" and columns[0] == c
+                    parts.append((-1 if slot is None else slot, f"{'^' if lead else '@'}{i}"))
+                    continue
                 if slot is None or cls is None:
                     break
                 parts.append((slot, cls))
@@ -335,26 +348,79 @@ def plan(shape: InsertShape, keys: TableKeys, parents: Iterable[ParentKey] = ())
     return tuple(out)
 
 
+def auto_slots(shape: InsertShape, keys: TableKeys) -> tuple[int, ...]:
+    """Each row's literal slot of the AUTO_INCREMENT column, -1 where it has none; ()
+    for a table without one, or a shape that names a column the table lacks."""
+    if keys.auto is None:
+        return ()
+    if shape.columns is None:
+        at = keys.auto
+    elif keys.names[keys.auto] in shape.columns:
+        at = shape.columns.index(keys.names[keys.auto])
+    else:
+        return tuple(-1 for _ in shape.rows)
+    return tuple(-1 if len(r) <= at else _or_none(r[at]) for r in shape.rows)
+
+
+def _or_none(slot: int | None) -> int:
+    return -1 if slot is None else slot
+
+
+def auto_values(slots: tuple[int, ...], lits: tuple[str, ...], insert_id: int | None, step: int
+                ) -> tuple[str, ...] | None:
+    """The AUTO_INCREMENT value of each row where the source gave it one: ``insert_id``
+    (the statement's Intvar INSERT_ID), then ``step`` more a row, for the rows without a
+    value or with 0 (sysbench's ``VALUES (0, ...)``). None without an INSERT_ID, or where
+    a row names its own value: an explicit id above the counter moves the counter, which
+    the rows after it then follow, and lagd does not follow that."""
+    if insert_id is None or not slots:
+        return None
+    out: list[str] = []
+    for slot in slots:
+        if slot >= 0 and lits[slot] != "0":
+            return None
+        out.append(str(insert_id + len(out) * step))
+    return tuple(out)
+
+
+# _entry's answer for an AUTO_INCREMENT primary key's new value: above every key, at the
+# table's end, in the leaf the SQL thread has just written (rewrite.py's "append").
+APPEND = "append"
+
+
 def entries(shape: InsertShape, keys: TableKeys, lits: tuple[str, ...], strs: tuple[bool, ...],
-            parents: Iterable[ParentKey] = ()) -> dict[KeyIndex | ParentKey, list[str]] | None:
+            parents: Iterable[ParentKey] = (), insert_id: int | None = None, step: int = 1,
+            ) -> dict[KeyIndex | ParentKey, list[str]] | None:
     """Each probeable index's new entries (and the parent entries the foreign keys'
     checks read), as ``(a, b)`` literal texts (``a`` for one column); None as for :func:`plan`."""
     made = plan(shape, keys, parents)
     if made is None:
         return None
+    auto = auto_values(auto_slots(shape, keys), lits, insert_id, step)
     out: dict[KeyIndex | ParentKey, list[str]] = {}
     for ix, parts in made:
-        value = _entry(parts, lits, strs)
-        if value is not None:
+        value = _entry(parts, lits, strs, auto)
+        if value is not None and value is not APPEND:
             out.setdefault(ix, []).append(value)
     return out
 
 
-def _entry(parts: tuple[tuple[int, str], ...], lits: tuple[str, ...], strs: tuple[bool, ...]
-           ) -> str | None:
-    """One entry's literal text, or None when a literal is not of its column's class."""
+def _entry(parts: tuple[tuple[int, str], ...], lits: tuple[str, ...], strs: tuple[bool, ...],
+           auto: tuple[str, ...] | None = None) -> str | None:
+    """One entry's literal text; None when a literal is not of its column's class, or an
+    AUTO_INCREMENT value is not known; APPEND for one at the end of the primary key."""
     texts = []
     for slot, cls in parts:
+        if cls[0] in "@^":  # the AUTO_INCREMENT column (plan)
+            if auto is not None:
+                if cls[0] == "^":
+                    return APPEND
+                texts.append(auto[int(cls[1:])])
+                continue
+            if slot < 0 or lits[slot] == "0" or not _fits("int", lits[slot], strs[slot]):
+                return None  # a value the source gave, not known here
+            texts.append(lits[slot])
+            continue
         if not _fits(cls, lits[slot], strs[slot]):
             return None
         texts.append(f"CONVERT({lits[slot]} USING {cls[5:]})" if cls[4:5] == ":" else lits[slot])
@@ -406,7 +472,7 @@ class InsertBatcher:
         # id(shape) -> (shape, the table it was planned for, its steps or None, the entries
         # a statement leaves to the change buffer, the parents as known then): see plan()
         self._plans: dict[int, tuple[InsertShape, TableKeys, tuple[_Step, ...] | None,
-                                     int, tuple[TableKeys | None, ...]]] = {}
+                                     int, tuple[TableKeys | None, ...], tuple[int, ...]]] = {}
         self._batches: dict[tuple[str, str, KeyIndex, bool, bool], _Entries] = {}
         # (schema, table) -> the primary-key entries its upserts' probes asked for and
         # found, decayed (control.upsert_entries): whether their rows exist
@@ -444,10 +510,11 @@ class InsertBatcher:
         got = self._shapes[key] = parse_insert(marked, key[1], slot_of)
         return got
 
-    def add(self, shape: InsertShape, lits: tuple[str, ...], strs: tuple[bool, ...], checks: bool = True
-            ) -> tuple[list[Probe], StatementRewrite | None]:
+    def add(self, shape: InsertShape, lits: tuple[str, ...], strs: tuple[bool, ...], checks: bool = True,
+            insert_id: int | None = None, step: int = 1) -> tuple[list[Probe], StatementRewrite | None]:
         """``checks``: False for a statement run with foreign_key_checks=0, whose parents the
-        SQL thread does not read."""
+        SQL thread does not read. ``insert_id``, ``step``: the AUTO_INCREMENT values the
+        source gave its rows (events.Statement)."""
         self.tables.seen(shape.schema, shape.table, frozenset(), len(shape.rows))
         keys = self.tables.described(shape.schema, shape.table)
         if keys is None:
@@ -458,7 +525,8 @@ class InsertBatcher:
             if len(self._plans) >= _CACHE_LIMIT:
                 self._plans.clear()
                 self._batches.clear()  # waiting ones stay in _waiting until emitted
-            got = self._plans[id(shape)] = (shape, keys, *self._steps(shape, keys, parents), parents)
+            got = self._plans[id(shape)] = (shape, keys, *self._steps(shape, keys, parents), parents,
+                                            auto_slots(shape, keys))
         steps = got[2]
         if got[3]:
             self.skipped["change_buffered"] += got[3]
@@ -466,6 +534,7 @@ class InsertBatcher:
             return [], _refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
                                                         " names a column the replica's table lacks")
         every = shape.on_duplicate is None or self.upsert_entries(shape.schema, shape.table)[0]
+        auto = auto_values(got[5], lits, insert_id, step) if got[5] else None
         out: list[Probe] = []
         for batch, parts, read in steps:
             if batch.parent and not checks:
@@ -473,8 +542,11 @@ class InsertBatcher:
             if not (every or read):
                 self.skipped["row_exists"] += 1
                 continue
-            value = _entry(parts, lits, strs)
+            value = _entry(parts, lits, strs, auto)
             if value is None:
+                continue
+            if value is APPEND:
+                self.skipped["append"] += 1
                 continue
             values = batch.values
             if not values:

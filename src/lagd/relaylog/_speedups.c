@@ -637,12 +637,14 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                        variables) with OPTION_NO_FOREIGN_KEY_CHECKS: the SQL thread checks no parent. */
                     Py_ssize_t status = body + 13, status_len = le16(buf + body + 11);
                     int unchecked = status_len >= 5 && buf[status] == 0 && (le32(buf + status + 1) & (1u << 26));
-                    PyObject *a[5] = {schema, text, PyLong_FromUnsignedLong(le32(buf + body + 4)),
-                                      PyLong_FromUnsignedLong(ts), unchecked ? Py_False : Py_True};
+                    /* No INSERT_ID: a transaction with an Intvar event is the Python loop's. */
+                    PyObject *a[7] = {schema, text, PyLong_FromUnsignedLong(le32(buf + body + 4)),
+                                      PyLong_FromUnsignedLong(ts), unchecked ? Py_False : Py_True,
+                                      Py_None, PyLong_FromLong(1)};
                     PyObject *ev = NULL;
-                    if (schema && text && a[2] && a[3])
-                        ev = call(new_stmt, a, 5);
-                    Py_XDECREF(schema); Py_XDECREF(text); Py_XDECREF(a[2]); Py_XDECREF(a[3]);
+                    if (schema && text && a[2] && a[3] && a[6])
+                        ev = call(new_stmt, a, 7);
+                    Py_XDECREF(schema); Py_XDECREF(text); Py_XDECREF(a[2]); Py_XDECREF(a[3]); Py_XDECREF(a[6]);
                     if (ev == NULL) goto error;
                     int rc = PyList_Append(out, ev);
                     Py_DECREF(ev);

@@ -167,6 +167,30 @@ _KINDS = (RowKind.INSERT, RowKind.UPDATE, RowKind.DELETE)
 _MARIA_GTID = struct.Struct("<QIB")
 
 
+# Query-event status variables before Q_AUTO_INCREMENT, as every server writes them
+# (flags2, sql_mode, catalog), and a few after it: code -> length, or -1 for a string
+# whose length byte comes first (Q_CATALOG_CODE also ends in a NUL).
+_STATUS_LENGTHS = {0: 4, 1: 8, 2: -2, 4: 6, 5: -1, 6: -1, 7: 2, 8: 2, 9: 8}
+_Q_AUTO_INCREMENT = 3
+
+
+def _auto_increment(buf: bytes, status: int, length: int) -> int:
+    """The statement session's auto_increment_increment (Q_AUTO_INCREMENT: written only
+    where it or the offset is not 1); 1 where absent or past a variable not known here."""
+    p, end = status, status + length
+    while p < end:
+        code = buf[p]
+        if code == _Q_AUTO_INCREMENT:
+            return max(1, w.U16.unpack_from(buf, p + 1)[0]) if p + 5 <= end else 1
+        size = _STATUS_LENGTHS.get(code)
+        if size is None or (size < 0 and p + 1 >= end):
+            return 1
+        if size < 0:  # a length byte, the string (and Q_CATALOG_CODE's NUL)
+            size = 1 + buf[p + 1] + (1 if size == -2 else 0)
+        p += 1 + size
+    return 1
+
+
 def _crc_ok(buf: bytes, pos: int, body_end: int) -> bool:
     stored: int = w.U32.unpack_from(buf, body_end)[0]
     return zlib.crc32(buf[pos:body_end]) == stored
@@ -236,6 +260,7 @@ class EventDecoder:
         self.trx_row_events = 0
         self.trx_statements = 0
         self.trx_tables: set[str] = set()
+        self._insert_id: int | None = None  # an Intvar INSERT_ID event's, for the next statement
         if count:
             self.stats.transactions += 1
 
@@ -557,6 +582,8 @@ class EventDecoder:
         self, buf: bytes, pos: int, end: int, typ: int, ts: int, sid: int, size: int,
         logpos: int, offset: int, next_offset: int, out: list[Event],
     ) -> None:
+        # An Intvar event names the value of the Query event after it, whatever it is.
+        insert_id, self._insert_id = self._insert_id, None
         p = pos + 19
         _thread_id, exec_time, db_len, _err = struct.unpack_from("<IIBH", buf, p)
         ph = self.post_header.get(typ, 26 if typ == w.EXECUTE_LOAD_QUERY_EVENT else 13)
@@ -616,7 +643,8 @@ class EventDecoder:
             data_bytes, lines = self._load_blocks.pop(file_id, [0, 0])
             out.append(LoadData(schema, sql, exec_time, ts, data_bytes, lines))
         elif word in DML:
-            out.append(Statement(schema, sql, exec_time, ts, not unchecked))
+            step = 1 if insert_id is None else _auto_increment(buf, status, status_len)
+            out.append(Statement(schema, sql, exec_time, ts, not unchecked, insert_id, step))
         else:
             tables = ddl_tables(sql, schema) if word in SCHEMA_CHANGING else ()
             out.append(Ddl(schema, sql, tables, ts))
@@ -679,6 +707,11 @@ class EventDecoder:
             self._payload(buf, pos, end, base + nxt, out)
         elif typ == w.MARIA_START_ENCRYPTION_EVENT:
             raise EncryptedRelayLogError(self.file)
+        elif typ == w.INTVAR_EVENT:
+            # INSERT_ID (type 2): the auto-increment value the next statement's first row
+            # took on the source; LAST_INSERT_ID (1) names nothing the statement writes.
+            if end - pos - 19 >= 9 and buf[pos + 19] == 2:
+                self._insert_id = w.U64.unpack_from(buf, pos + 20)[0]
         elif typ in _IGNORED:
             pass
         elif typ in (w.MARIA_WRITE_ROWS_COMPRESSED_V1, w.MARIA_UPDATE_ROWS_COMPRESSED_V1,

@@ -233,6 +233,11 @@ class Statement:
     # False when the source session ran it with foreign_key_checks=0 (the Query event's
     # flags2, OPTION_NO_FOREIGN_KEY_CHECKS): the SQL thread then checks no parent either.
     foreign_key_checks: bool = True
+    # The first auto-increment value the source gave the statement's rows (an Intvar
+    # INSERT_ID event before it), which the SQL thread gives them again; each next one
+    # ``auto_increment`` higher (the session's auto_increment_increment, Q_AUTO_INCREMENT).
+    insert_id: int | None = None
+    auto_increment: int = 1
 
 
 @dataclass(frozen=True, slots=True)

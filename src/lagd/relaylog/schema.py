@@ -196,7 +196,7 @@ class InformationSchemaResolver(TableMapResolver):
                 with self._conn.cursor() as cur:
                     cur.execute(
                         "SELECT COLUMN_NAME, ORDINAL_POSITION, IS_NULLABLE, COLUMN_TYPE,"
-                        " CHARACTER_SET_NAME FROM information_schema.COLUMNS"
+                        " CHARACTER_SET_NAME, EXTRA FROM information_schema.COLUMNS"
                         " WHERE TABLE_SCHEMA=%s AND TABLE_NAME=%s ORDER BY ORDINAL_POSITION",
                         (schema, table),
                     )

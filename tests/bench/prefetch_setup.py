@@ -71,7 +71,19 @@ DOCS = "docs"
 DOCS_DDL = (f"CREATE TABLE {DOCS} (id INT NOT NULL PRIMARY KEY, c INT NOT NULL DEFAULT 0,"
             " doc MEDIUMBLOB NOT NULL) ENGINE=InnoDB")
 DOC_BYTES = 24_000
-BASE_VERSION = 2  # 2: with the documents table
+# Events: an AUTO_INCREMENT table of the kind every application has, with an index on the
+# user an event belongs to. A new event's id is the table's end (in memory); its
+# (user_id, id) entry goes to a random leaf of an index larger than the pool.
+EVENTS = "events"
+EVENTS_DDL = (f"CREATE TABLE {EVENTS} (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY,"
+              " user_id INT NOT NULL, kind TINYINT NOT NULL, note CHAR(40) NOT NULL DEFAULT '')"
+              " ENGINE=InnoDB")
+BASE_VERSION = 3  # 2: with the documents table; 3: and the events table
+
+
+def event_users(n_rows: int) -> int:
+    """Users in the events table: 10 events each in the base."""
+    return max(100, n_rows // 20)
 
 
 def doc_rows(n_rows: int) -> int:
@@ -92,6 +104,12 @@ def _load(server: Any, n_rows: int, chunk: int = 1_000_000) -> None:
             for lo in range(1, docs + 1, step):
                 cur.execute(f"INSERT INTO {DOCS} SELECT seq, 0, REPEAT(MD5(seq), {DOC_BYTES // 32})"
                             f" FROM seq_{lo}_to_{min(docs, lo + step - 1)}")
+            cur.execute(EVENTS_DDL)
+            events, users = n_rows // 2, event_users(n_rows)
+            for lo in range(1, events + 1, chunk):
+                cur.execute(f"INSERT INTO {EVENTS} SELECT seq, (seq * {K_HASH}) % {users}, seq % 5,"
+                            f" LPAD(seq, 40, 'e') FROM seq_{lo}_to_{min(events, lo + chunk - 1)}")
+            cur.execute(f"ALTER TABLE {EVENTS} ADD INDEX user_id (user_id)")
     finally:
         conn.close()
 
@@ -322,6 +340,15 @@ CHILD_DDL = (f"CREATE TABLE IF NOT EXISTS {CHILD} (id BIGINT NOT NULL AUTO_INCRE
              f" CONSTRAINT to_parent FOREIGN KEY (parent_id) REFERENCES {TABLE} (id)) ENGINE=InnoDB")
 
 
+def _w_insert_auto(cur: Any, ids: Ids) -> int:
+    # An event appended for a random user, its id left to AUTO_INCREMENT: MIXED logs it
+    # as a statement after an INSERT_ID event. The SQL thread reads the user's leaf of
+    # user_id (the entry (user_id, id) goes at its end); the clustered leaf is the last.
+    cur.execute(f"INSERT INTO {EVENTS} (user_id, kind, note) VALUES (%s, %s, 'new')",
+                (ids.rng.randint(0, event_users(ids.n) - 1), ids.rng.randint(0, 4)))
+    return 1
+
+
 def _w_insert_fk(cur: Any, ids: Ids) -> int:
     # Parents from the last quarter of the ids, which no workload deletes on the source.
     cur.execute(f"INSERT INTO {CHILD} (parent_id, note) VALUES (%s, 'fk')", (ids.deletable(3),))
@@ -369,6 +396,8 @@ WORKLOADS: dict[str, tuple[str, Callable[[Any, Ids], int]]] = {
     "upsert_row_mixed": ("INSERT ... ON DUPLICATE KEY UPDATE of existing rows giving every column,"
                          " k random, binlog_format=MIXED (logged as statements)", _w_upsert_row),
     "update_in_stmt": ("UPDATEs of 10 random rows by an IN list, logged as statements", _w_update_in),
+    "insert_auto_mixed": ("INSERTs into an AUTO_INCREMENT table for random users (the id left out),"
+                          " binlog_format=MIXED (logged as statements)", _w_insert_auto),
     "update_block": ("UPDATEs of 50 consecutive rows by a primary-key range, row-based (one event"
                      " of 50 rows; counted as 5 changes)", _w_update_block),
 }
@@ -387,6 +416,7 @@ BINLOG_FORMAT = {"update_doc_stmt": "STATEMENT", "update_pk_stmt": "STATEMENT", 
                  "update_range_stmt": "STATEMENT", "update_by_k_stmt": "STATEMENT",
                  "update_checked_mixed": "MIXED", "update_k_range_stmt": "STATEMENT",
                  "upsert_mixed": "MIXED", "upsert_row_mixed": "MIXED", "update_in_stmt": "STATEMENT",
+                 "insert_auto_mixed": "MIXED",
                  "update_traced_stmt": "STATEMENT"}
 
 

@@ -470,7 +470,8 @@ class InsertBatcher:
         self.tables = tables
         self._shapes: dict[tuple[str, str | None], InsertShape | StatementRewrite] = {}
         # id(shape) -> (shape, the table it was planned for, its steps or None, the entries
-        # a statement leaves to the change buffer, the parents as known then): see plan()
+        # a statement leaves to the change buffer, the parents as known then, its rows'
+        # AUTO_INCREMENT slots): see plan(), auto_slots()
         self._plans: dict[int, tuple[InsertShape, TableKeys, tuple[_Step, ...] | None,
                                      int, tuple[TableKeys | None, ...], tuple[int, ...]]] = {}
         self._batches: dict[tuple[str, str, KeyIndex, bool, bool], _Entries] = {}

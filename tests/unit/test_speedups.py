@@ -132,10 +132,14 @@ def _gtid(seq: int, crc: bool) -> bytes:
     return _event(162, struct.pack("<QIB", seq, 0, 0) + bytes(6), crc)
 
 
-def _query(sql: bytes, schema: bytes, crc: bool) -> bytes:
-    status = b"\x00\x00\x00\x00\x00"  # flags2 (code 0): a real status block to skip
+def _query(sql: bytes, schema: bytes, crc: bool, status: bytes = b"\x00\x00\x00\x00\x00") -> bytes:
+    """``status``: flags2 (code 0) by default, a real status block to skip."""
     head = struct.pack("<IIBHH", 7, 3, len(schema), 0, len(status))
     return _event(2, head + status + schema + b"\x00" + sql, crc)
+
+
+def _intvar(kind: int, value: int, crc: bool) -> bytes:
+    return _event(5, struct.pack("<BQ", kind, value), crc)
 
 
 def _xid(n: int, crc: bool) -> bytes:
@@ -169,7 +173,21 @@ def _statement_log() -> tuple[bytes, bool]:
                     for i, (sql, schema) in enumerate(STATEMENTS))
     body += (_gtid(100, crc) + _query(b"BEGIN", b"db", crc) + _query(b"UPDATE t SET c = 1", b"db", crc)
              + _query(b"DELETE FROM t WHERE id = 9", b"db", crc) + _xid(100, crc))
+    # INSERTs into an AUTO_INCREMENT table: an Intvar INSERT_ID before each; one with
+    # auto_increment_increment 3 (flags2, sql_mode, catalog "std", Q_AUTO_INCREMENT);
+    # a LAST_INSERT_ID alone; an INSERT_ID before BEGIN, which names nothing after it.
+    auto3 = b"\x00" + bytes(4) + b"\x01" + bytes(8) + b"\x06\x03std" + b"\x03\x03\x00\x01\x00"
+    body += _gtid(101, crc) + _intvar(2, 41, crc) + _query(AUTO_INSERTS[0], b"db", crc) + _xid(101, crc)
+    body += (_gtid(102, crc) + _intvar(2, 2**40, crc) + _query(AUTO_INSERTS[1], b"db", crc, auto3)
+             + _xid(102, crc))
+    body += _gtid(103, crc) + _intvar(1, 7, crc) + _query(AUTO_INSERTS[2], b"db", crc) + _xid(103, crc)
+    body += (_gtid(104, crc) + _intvar(2, 9, crc) + _query(b"BEGIN", b"db", crc)
+             + _query(AUTO_INSERTS[3], b"db", crc) + _xid(104, crc))
     return prefix + body, crc
+
+
+AUTO_INSERTS = [b"INSERT INTO ev (u) VALUES (1)", b"INSERT INTO ev (u) VALUES (1), (2)",
+                b"INSERT INTO ev (u) VALUES (3)", b"INSERT INTO ev (u) VALUES (4)"]
 
 
 LOG_MARIADB = (FIXTURES / "mariadb-bin.000001").read_bytes()
@@ -192,7 +210,11 @@ def test_statement_transactions_give_the_same_events_on_both_paths(verify):
     for field in ("events", "transactions", "corrupt_events"):
         assert getattr(fast[2], field) == getattr(slow[2], field), field
     kinds = [type(e).__name__ for e in fast[0]]
-    assert kinds.count("Statement") == 2 + sum(1 for sql, _ in STATEMENTS if sql != b"UPDATEX t")
+    assert kinds.count("Statement") == 2 + len(AUTO_INSERTS) + sum(1 for sql, _ in STATEMENTS
+                                                                   if sql != b"UPDATEX t")
+    auto = [(e.insert_id, e.auto_increment) for e in fast[0]
+            if type(e).__name__ == "Statement" and e.sql.startswith("INSERT INTO ev")]
+    assert auto == [(41, 1), (2**40, 3), (None, 1), (None, 1)]
 
 
 def test_plain_statement_transactions_are_taken_by_the_c_path(monkeypatch):
@@ -208,6 +230,8 @@ def test_plain_statement_transactions_are_taken_by_the_c_path(monkeypatch):
     decode(buf, True, True)
     by_python = b"".join(seen)
     for sql, _schema in STATEMENTS[:6]:
+        assert sql not in by_python
+    for sql in AUTO_INSERTS:  # an Intvar event no longer sends a transaction to Python
         assert sql not in by_python
     for sql, _schema in STATEMENTS[6:]:
         assert sql in by_python

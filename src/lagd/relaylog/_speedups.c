@@ -140,6 +140,36 @@ static inline uint32_t le32(const unsigned char *p)
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
 }
 static inline uint64_t le64(const unsigned char *p) { return (uint64_t)le32(p) | ((uint64_t)le32(p + 4) << 32); }
+/* The session's auto_increment_increment from a Query event's status variables
+   (Q_AUTO_INCREMENT, code 3), walking those every server writes before it; 1 where
+   absent or past one not known here. As decoder.py's _auto_increment. */
+static long auto_increment(const unsigned char *buf, Py_ssize_t status, Py_ssize_t length)
+{
+    Py_ssize_t p = status, end = status + length;
+    while (p < end) {
+        unsigned char code = buf[p];
+        Py_ssize_t size;
+        switch (code) {
+        case 3:
+            if (p + 5 > end) return 1;
+            return le16(buf + p + 1) ? le16(buf + p + 1) : 1;
+        case 0: size = 4; break;
+        case 1: size = 8; break;
+        case 4: size = 6; break;
+        case 7: case 8: size = 2; break;
+        case 9: size = 8; break;
+        case 2: case 5: case 6:  /* a length byte, the string (and Q_CATALOG_CODE's NUL) */
+            if (p + 1 >= end) return 1;
+            size = 1 + buf[p + 1] + (code == 2 ? 1 : 0);
+            break;
+        default:
+            return 1;
+        }
+        p += 1 + size;
+    }
+    return 1;
+}
+
 static inline uint64_t le56(const unsigned char *p) { return (uint64_t)le32(p) | ((uint64_t)le16(p + 4) << 32) | ((uint64_t)p[6] << 48); }
 
 /* CRC-32 (the binlog's checksum), eight bytes a step ("slicing-by-8"): one table
@@ -403,6 +433,8 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         int nslots = 0, done = 0, failed = 0;
         PyObject *gtid = NULL, *tables = NULL;
         Py_ssize_t p = pos;
+        int have_insert_id = 0;  /* an Intvar INSERT_ID for the next Query event */
+        uint64_t insert_id = 0;
 
         tables = PySet_New(NULL);
         if (tables == NULL)
@@ -606,7 +638,15 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 int rc = PyList_Append(out, ev);
                 Py_DECREF(ev);
                 if (rc < 0) goto error;
+            } else if (typ == 5) { /* Intvar: INSERT_ID (2) names the next statement's first value */
+                if (body + 9 > body_end) { failed = 1; break; }
+                if (buf[body] == 2) {
+                    have_insert_id = 1;
+                    insert_id = le64(buf + body + 1);
+                }
             } else if (typ == 2) { /* the BEGIN that follows a GTID, or a DML statement */
+                int had_insert_id = have_insert_id;
+                have_insert_id = 0;  /* as decoder.py: it names the Query event after it, whatever it is */
                 if (query_ph != 13 || body + 13 > body_end) { failed = 1; break; }
                 Py_ssize_t db_len = buf[body + 8];
                 Py_ssize_t at = body + 13 + le16(buf + body + 11); /* past the status variables */
@@ -637,14 +677,15 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                        variables) with OPTION_NO_FOREIGN_KEY_CHECKS: the SQL thread checks no parent. */
                     Py_ssize_t status = body + 13, status_len = le16(buf + body + 11);
                     int unchecked = status_len >= 5 && buf[status] == 0 && (le32(buf + status + 1) & (1u << 26));
-                    /* No INSERT_ID: a transaction with an Intvar event is the Python loop's. */
                     PyObject *a[7] = {schema, text, PyLong_FromUnsignedLong(le32(buf + body + 4)),
                                       PyLong_FromUnsignedLong(ts), unchecked ? Py_False : Py_True,
-                                      Py_None, PyLong_FromLong(1)};
+                                      had_insert_id ? PyLong_FromUnsignedLongLong(insert_id) : Py_NewRef(Py_None),
+                                      PyLong_FromLong(had_insert_id ? auto_increment(buf, status, status_len) : 1)};
                     PyObject *ev = NULL;
-                    if (schema && text && a[2] && a[3] && a[6])
+                    if (schema && text && a[2] && a[3] && a[5] && a[6])
                         ev = call(new_stmt, a, 7);
-                    Py_XDECREF(schema); Py_XDECREF(text); Py_XDECREF(a[2]); Py_XDECREF(a[3]); Py_XDECREF(a[6]);
+                    Py_XDECREF(schema); Py_XDECREF(text); Py_XDECREF(a[2]); Py_XDECREF(a[3]);
+                    Py_XDECREF(a[5]); Py_XDECREF(a[6]);
                     if (ev == NULL) goto error;
                     int rc = PyList_Append(out, ev);
                     Py_DECREF(ev);

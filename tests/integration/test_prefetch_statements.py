@@ -418,3 +418,39 @@ def test_auto_increment_inserts_probe_the_entries_of_the_ids_the_source_gave(san
     for table in ("t", "ev"):
         src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
         assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+
+
+def test_upserts_by_a_unique_key_probe_the_existing_rows_record(sandbox: Sandbox, schema: str) -> None:
+    """An AUTO_INCREMENT table upserted by its unique e-mail from a STATEMENT source (MIXED
+    logs an upsert into a table of two unique keys as rows: unsafe as a statement): the SQL
+    thread finds the duplicate in the e-mail index and reads the row's record to update
+    it. The probes of that index select what makes the server read the record too."""
+    sb = sandbox
+    _table(sb, schema)
+    sb.start_sql_thread()
+    sb.source.query("CREATE TABLE users (id INT AUTO_INCREMENT PRIMARY KEY, email VARCHAR(60) NOT NULL,"
+                    " name VARCHAR(40) NOT NULL, UNIQUE KEY email (email))", db=schema)
+    sb.source.query("INSERT INTO users (email, name) SELECT CONCAT('u', seq, '@x'), 'n' FROM seq_1_to_3000",
+                    db=schema)
+    sb.wait_caught_up(timeout=60)
+    sb.stop_sql_thread()
+    rng = random.Random(5)
+    upserts = [f"INSERT INTO users (email, name) VALUES ('u{rng.randint(1, 3500)}@x', 'm{i}')"
+               " ON DUPLICATE KEY UPDATE name = VALUES(name)" for i in range(800)]
+    try:
+        write(sb, schema, "STATEMENT", ["UPDATE t SET c = c + 1 WHERE id = 1", *upserts])
+        wait_received(sb)
+        probes, snap, _ = asyncio.run(_run_engine(sb, schema, lambda probes: sum(
+            p.rows for p in probes if p.table == "users") >= 300))
+    finally:
+        sb.start_sql_thread()
+        sb.wait_caught_up(timeout=60)
+    print("prefetch:", snap.counters, snap.pool)
+    mine = [p for p in probes if p.schema == schema and p.table == "users"]
+    assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
+    assert mine, "the upserts were probed"
+    assert all(p.index == "email" and p.sql.startswith("SELECT ISNULL(`name`) FROM") for p in mine), \
+        sorted({p.sql[:60] for p in mine})
+    for table in ("t", "users"):
+        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
+        assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src

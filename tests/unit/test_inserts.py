@@ -406,3 +406,27 @@ def test_the_batcher_counts_an_auto_increment_primary_key_as_an_append() -> None
            for p in b.add_statement(Statement("s", sql.format(10 + i), 0, 0, insert_id=40 + i))]
     assert [p.sql.split(" WHERE ")[1] for p in out] == ["(`k`, `id`) IN ((11, 41), (12, 42))"]
     assert b.skipped["append"] == 2
+
+
+USERS_ROWS = info_rows([("id", "int(11)"), ("email", "varchar(100)"), ("name", "varchar(40)")],
+                       [("PRIMARY", ("id",), True), ("email", ("email",), True)])
+USERS_ROWS[0][0]["EXTRA"] = "auto_increment"
+USERS_KEYS = table_keys(*USERS_ROWS)
+
+
+@pytest.mark.parametrize(("sql", "select"), [
+    # an upsert by its unique e-mail: the existing row's record is read to update it
+    ("INSERT INTO u (email, name) VALUES ('a@x', 'n') ON DUPLICATE KEY UPDATE name = VALUES(name)",
+     "ISNULL(`name`)"),
+    ("INSERT IGNORE INTO u (email, name) VALUES ('a@x', 'n')", "ISNULL(`name`)"),
+    ("REPLACE INTO u (email, name) VALUES ('a@x', 'n')", "ISNULL(`name`)"),  # deleted first
+    ("INSERT INTO u (email, name) VALUES ('a@x', 'n')", "1"),  # a duplicate is an error: the leaf alone
+])
+def test_an_upsert_by_a_unique_key_probes_the_existing_rows_record(sql: str, select: str) -> None:
+    b = ProbeBatcher(max_keys=1)
+    b.learn_table("s", "u", USERS_KEYS)
+    b.add_statement(Statement("s", sql.replace("a@x", "first"), 0, 0))
+    out = [*b.add_statement(Statement("s", sql, 0, 0, insert_id=7)), *b.flush()]
+    # The primary key's new entry (INSERT_ID 7) is an append, not probed.
+    assert [p.sql for p in out] == [
+        f"SELECT {select} FROM `s`.`u` FORCE INDEX (`email`) WHERE `email` IN ('a@x')"]

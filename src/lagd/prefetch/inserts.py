@@ -28,9 +28,17 @@ same entries come from the statement's literals:
   of its columns (:class:`ParentKey`; the parent's indexes are learnt like the
   table's own).
 
+- an AUTO_INCREMENT column left to the server takes the values the source
+  gave the rows (the statement's Intvar INSERT_ID, :func:`auto_values`).
+
+- upserts (ON DUPLICATE KEY UPDATE, INSERT IGNORE) and REPLACE read an
+  existing row: their unique secondary probes select what reads its record
+  too, and while their primary-key probes find the rows, their other entries
+  go unprobed (InsertBatcher.found, control.upsert_entries).
+
 ``INSERT ... SET a = 1`` is read as its column list and one row; REPLACE
-as INSERT. Refused shapes: INSERT ... SELECT, a PARTITION clause, an
-executable comment, an unqualified table without a default database.
+as INSERT but for the above. Refused shapes: INSERT ... SELECT, a PARTITION
+clause, an executable comment, an unqualified table without a default database.
 """
 
 from __future__ import annotations
@@ -89,6 +97,7 @@ class InsertShape:
     # is read. Else an upsert: the columns its update of an existing row assigns (ON
     # DUPLICATE KEY UPDATE; none for INSERT IGNORE), whose indexes' entries it reads.
     on_duplicate: frozenset[str] | None = None
+    replaces: bool = False  # REPLACE: an existing row is deleted (its record read) first
 
 
 def _refused(skipped: str, reason: str) -> StatementRewrite:
@@ -137,8 +146,9 @@ def parse_insert(marked: str, schema: str | None, slot_of: Callable[[str], int |
         if columns is not None and len(items) != len(columns):
             return _refused("unparsable_statement", "a row's values do not match the column list")
         rows.append(tuple(_slot(v, slot_of) for v in items))
-    upsert = None if verb is not None and verb.group(1).upper() == "REPLACE" else _on_duplicate(tree)
-    return InsertShape(table_schema, target.name, columns, tuple(rows), upsert)
+    replaces = verb is not None and verb.group(1).upper() == "REPLACE"
+    return InsertShape(table_schema, target.name, columns, tuple(rows),
+                       None if replaces else _on_duplicate(tree), replaces)
 
 
 def _on_duplicate(tree: exp.Insert) -> frozenset[str] | None:
@@ -427,9 +437,10 @@ def _entry(parts: tuple[tuple[int, str], ...], lits: tuple[str, ...], strs: tupl
     return texts[0] if len(texts) == 1 else f"({', '.join(texts)})"
 
 
-def probe_head(schema: str, table: str, ix: KeyIndex) -> str:
-    """``SELECT 1 FROM s.t FORCE INDEX (ix) WHERE (cols) IN (`` for ``entries``' texts."""
-    return (f"SELECT 1 FROM {quote_ident(schema)}.{quote_ident(table)} FORCE INDEX"
+def probe_head(schema: str, table: str, ix: KeyIndex, select: str = "1") -> str:
+    """``SELECT 1 FROM s.t FORCE INDEX (ix) WHERE (cols) IN (`` for ``entries``' texts;
+    ``select``: what it selects instead of 1 (TableKeys.select: the record read too)."""
+    return (f"SELECT {select} FROM {quote_ident(schema)}.{quote_ident(table)} FORCE INDEX"
             f" ({quote_ident(ix.name)}) WHERE {ix.where} IN (")
 
 
@@ -454,8 +465,9 @@ class _Entries:
 
     __slots__ = ("head", "index", "parent", "schema", "table", "upsert", "values")
 
-    def __init__(self, schema: str, table: str, ix: KeyIndex, parent: bool, upsert: bool = False) -> None:
-        self.head = probe_head(schema, table, ix).replace("%", "%%")
+    def __init__(self, schema: str, table: str, ix: KeyIndex, parent: bool, upsert: bool = False,
+                 select: str = "1") -> None:
+        self.head = probe_head(schema, table, ix, select).replace("%", "%%")
         self.schema, self.table, self.index = schema, table, ix.name
         self.parent = parent  # a foreign key's check, in its parent
         self.upsert = upsert  # upserts' primary-key entries: what they find tells whether rows exist
@@ -474,7 +486,7 @@ class InsertBatcher:
         # AUTO_INCREMENT slots): see plan(), auto_slots()
         self._plans: dict[int, tuple[InsertShape, TableKeys, tuple[_Step, ...] | None,
                                      int, tuple[TableKeys | None, ...], tuple[int, ...]]] = {}
-        self._batches: dict[tuple[str, str, KeyIndex, bool, bool], _Entries] = {}
+        self._batches: dict[tuple[str, str, KeyIndex, bool, bool, str], _Entries] = {}
         # (schema, table) -> the primary-key entries its upserts' probes asked for and
         # found, decayed (control.upsert_entries): whether their rows exist
         self._existing: dict[tuple[str, str], tuple[float, float]] = {}
@@ -606,10 +618,16 @@ class InsertBatcher:
             # Read when the row exists: the primary key's entry, and the entries (or a
             # parent's check) of the columns the update assigns.
             read = upsert or sets is None or any(keys.names[c] in sets for c in target.columns)
-            key = (schema, table, ix, parent, upsert)
+            # An upsert or REPLACE that finds its duplicate in a unique secondary index
+            # (an AUTO_INCREMENT table upserting by e-mail, say) then reads that row's
+            # record to update or delete it: the probe reads it too (no index covers
+            # what it selects), and of a new row finds nothing more to read.
+            select = keys.select if (sets is not None or shape.replaces) and not parent \
+                and ix.unique and ix.name != "PRIMARY" else "1"
+            key = (schema, table, ix, parent, upsert, select)
             batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[key] = _Entries(schema, table, ix, parent, upsert)
+                batch = self._batches[key] = _Entries(schema, table, ix, parent, upsert, select)
             steps.append((batch, parts, read))
         return tuple(steps), buffered
 

@@ -490,6 +490,7 @@ class InsertBatcher:
         # (schema, table) -> the primary-key entries its upserts' probes asked for and
         # found, decayed (control.upsert_entries): whether their rows exist
         self._existing: dict[tuple[str, str], tuple[float, float]] = {}
+        self._rows_exist: set[tuple[str, str]] = set()  # those whose upserts' rows exist
         self._waiting: dict[_Entries, None] = {}  # batches holding entries, oldest first
         self._buffered = False
         self.skipped: Counter[str] = Counter()  # the entries left to the change buffer
@@ -546,7 +547,8 @@ class InsertBatcher:
         if steps is None:
             return [], _refused("unsupported_statement", f"INSERT into {shape.schema}.{shape.table}"
                                                         " names a column the replica's table lacks")
-        every = shape.on_duplicate is None or self.upsert_entries(shape.schema, shape.table)[0]
+        # The verdict as the last answer left it: a statement costs a set lookup.
+        every = shape.on_duplicate is None or (shape.schema, shape.table) not in self._rows_exist
         auto = auto_values(got[5], lits, insert_id, step) if got[5] else None
         out: list[Probe] = []
         for batch, parts, read in steps:
@@ -580,11 +582,15 @@ class InsertBatcher:
         keep = 0.5 ** (asked / EXISTING_KEYS)  # what was asked before counts half after as many again
         if key not in self._existing and len(self._existing) >= _CACHE_LIMIT:
             self._existing.clear()
-        before = upsert_entries(was_asked, was_found)[0]
+            self._rows_exist.clear()
         now = self._existing[key] = (was_asked * keep + asked, was_found * keep + min(found, asked))
         every, why = upsert_entries(*now)
-        if every != before:
+        if every == (key in self._rows_exist):  # the verdict turned
             log.debug("upserts into %s.%s: %s", schema, table, why)
+            if every:
+                self._rows_exist.discard(key)
+            else:
+                self._rows_exist.add(key)
 
     def _parents(self, keys: TableKeys) -> tuple[TableKeys | None, ...]:
         """The parent of each foreign key as known now (None: not yet, asked for; or kept

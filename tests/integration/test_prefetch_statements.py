@@ -27,6 +27,7 @@ from lagd.prefetch.rewrite_sql import index_probe_sql, rewrite_statement_sql
 from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
 from tests.integration.engine_util import run_held
+from tests.integration.test_prefetch_foreign_keys import _assert_same_data
 from tests.integration.test_relaylog_sandbox import wait_received
 
 ROWS = 5000
@@ -104,8 +105,7 @@ def test_statement_backlog_is_probed_and_the_data_stays_identical(sandbox: Sandb
     # some twice).
     assert moving >= 50 and 0.10 <= moving / rows <= 0.25, (rows, moving)
     assert deletes >= 50 and 0.10 <= deletes / rows <= 0.25, (rows, deletes)
-    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
-    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t",))
 
 
 async def _run_engine(sb: Sandbox, schema: str, enough: Callable[[list[Any]], bool] | None = None
@@ -123,13 +123,15 @@ async def _run_engine(sb: Sandbox, schema: str, enough: Callable[[list[Any]], bo
     return probes, engine.snapshot(), (engine.batcher.rows, engine.batcher.moving, engine.batcher.deletes)
 
 
-def _probed(sb: Sandbox, schema: str, statements: list[str]) -> tuple[list[Any], Any]:
-    """``statements`` logged as statements behind a stopped SQL thread, read ahead and
-    probed by the engine; the SQL thread then applies them."""
+def _probed(sb: Sandbox, schema: str, statements: list[str], fmt: str = "STATEMENT",
+            settings: tuple[str, ...] = (), per_trx: int = 5,
+            enough: Callable[[list[Any]], bool] | None = None) -> tuple[list[Any], Any]:
+    """``statements`` written in ``fmt`` (write) behind a stopped SQL thread, read ahead and
+    probed by the engine until ``enough`` (_run_engine); the SQL thread then applies them."""
     try:
-        write(sb, schema, "STATEMENT", statements)
+        write(sb, schema, fmt, statements, settings, per_trx)
         wait_received(sb)
-        probes, snap, _ = asyncio.run(_run_engine(sb, schema))
+        probes, snap, _ = asyncio.run(_run_engine(sb, schema, enough))
     finally:
         sb.start_sql_thread()
         sb.wait_caught_up(timeout=60)
@@ -164,8 +166,7 @@ def test_statements_whose_plan_reads_the_whole_table_are_not_probed(sandbox: San
     # its probes while its first EXPLAIN was out), not once a probe.
     assert 2 <= snap.pool["explained"] <= 8 < len(by_s) + len(by_id), (snap.pool, len(by_s), len(by_id))
     assert snap.pool["succeeded"] >= len(by_id) - 1 and snap.pool["failed"] == 0, snap.pool
-    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
-    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t",))
 
 
 def test_range_and_composite_key_statements_share_probes_that_read_by_range(sandbox: Sandbox,
@@ -202,9 +203,7 @@ def test_range_and_composite_key_statements_share_probes_that_read_by_range(sand
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool["last_error"]
     # Up to 10 rows a range, one a pair: found rows, not a LIMIT's worth of a scan.
     assert 0 < snap.pool["rows_found"] <= 10 * sum(p.rows for p in ranges) + sum(p.rows for p in pairs)
-    for table in ("t", "ab"):
-        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
-        assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t", "ab"))
 
 
 def test_a_batch_of_statements_reads_every_row_each_statement_changes(sandbox: Sandbox, schema: str) -> None:
@@ -222,8 +221,7 @@ def test_a_batch_of_statements_reads_every_row_each_statement_changes(sandbox: S
     for p in batches[:3]:
         got = len(sb.replica().query(p.sql.replace("%%", "%")))
         assert got == 50 * p.rows, (p.sql, got)
-    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
-    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t",))
 
 
 def test_statements_tagged_with_their_request_share_probes_without_the_tag(sandbox: Sandbox,
@@ -243,8 +241,7 @@ def test_statements_tagged_with_their_request_share_probes_without_the_tag(sandb
     assert mine and snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
     assert any(p.rows > 1 for p in mine), "statements of one shape shared a probe"
     assert not [p.sql for p in mine if "traceparent" in p.sql or "app:web" in p.sql]
-    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
-    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t",))
 
 
 def test_a_statement_probe_reads_what_its_update_reads_off_page_documents_included(
@@ -336,15 +333,11 @@ def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandb
     existing = [sql.format(rng.randint(2, ROWS), rng.randint(0, 99)) for _ in range(1200)]
     # As many again: the cursor reads on while the answers that tell them new come back.
     new = [sql.format(ROWS + 1 + i, rng.randint(0, 99)) for i in range(1200)]
-    try:
-        write(sb, schema, "MIXED", ["UPDATE t SET c = c + 1 WHERE id = 1", *existing, *new], per_trx=20)
-        wait_received(sb)
-        # Held until the new rows' entries are probed: the SQL thread must not pass the cursor.
-        probes, snap, _ = asyncio.run(_run_engine(sb, schema, lambda probes: any(
-            int(n) > ROWS + 400 for p in probes[-4:] for n in re.findall(r"\d+", p.sql.split(" IN ")[-1]))))
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
+    # Held until the new rows' entries are probed: the SQL thread must not pass the cursor.
+    probes, snap = _probed(sb, schema, ["UPDATE t SET c = c + 1 WHERE id = 1", *existing, *new], "MIXED",
+                           per_trx=20, enough=lambda probes: any(
+                               int(n) > ROWS + 400 for p in probes[-4:]
+                               for n in re.findall(r"\d+", p.sql.split(" IN ")[-1])))
     print("prefetch:", snap.counters, snap.pool)
     mine = [p for p in probes if p.schema == schema]
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
@@ -367,8 +360,7 @@ def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandb
     # And again, once the answers tell the rows are new.
     k_of_new, primary_of_new = entries("k_1", True), entries("PRIMARY", True)
     assert k_of_new > primary_of_new / 2, (k_of_new, primary_of_new)
-    src = sb.source.query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"]
-    assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.t")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t",))
 
 
 def test_auto_increment_inserts_probe_the_entries_of_the_ids_the_source_gave(sandbox: Sandbox,
@@ -392,18 +384,12 @@ def test_auto_increment_inserts_probe_the_entries_of_the_ids_the_source_gave(san
     zero = [f"INSERT INTO ev (id, u, note) VALUES (0, {rng.randint(0, 49)}, 'b')" for _ in range(100)]
     multi = ["INSERT INTO ev (u) VALUES " + ", ".join(f"({rng.randint(0, 49)})" for _ in range(3))
              for _ in range(100)]
-    probes: list[Any] = []
-    try:
-        write(sb, schema, "MIXED", ["UPDATE t SET c = c + 1 WHERE id = 1", *single, *zero])
-        multi_from = sb.source.query("SELECT MAX(id) AS m FROM ev", db=schema)[0]["m"]
-        write(sb, schema, "MIXED", multi, ("SET SESSION auto_increment_increment = 2",))
-        wait_received(sb)
-        probes, snap, _ = asyncio.run(_run_engine(sb, schema, lambda probes: any(
-            int(i) > multi_from + 500 for p in probes[-4:] if p.index == "u_1"
-            for i in re.findall(r", (\d+)\)", p.sql))))
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
+    write(sb, schema, "MIXED", ["UPDATE t SET c = c + 1 WHERE id = 1", *single, *zero])
+    multi_from = sb.source.query("SELECT MAX(id) AS m FROM ev", db=schema)[0]["m"]
+    probes, snap = _probed(sb, schema, multi, "MIXED", ("SET SESSION auto_increment_increment = 2",),
+                           enough=lambda probes: any(int(i) > multi_from + 500 for p in probes[-4:]
+                                                     if p.index == "u_1"
+                                                     for i in re.findall(r", (\d+)\)", p.sql)))
     print("prefetch:", snap.counters, snap.pool)
     mine = [p for p in probes if p.schema == schema and p.table == "ev"]
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
@@ -415,9 +401,7 @@ def test_auto_increment_inserts_probe_the_entries_of_the_ids_the_source_gave(san
     assert len({p for p in probed if p[1] <= multi_from}) >= 300
     # Three rows a statement, 2 apart (auto_increment_increment 2 in the Query event).
     assert len({p for p in probed if p[1] > multi_from}) >= 150
-    for table in ("t", "ev"):
-        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
-        assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t", "ev"))
 
 
 def test_upserts_by_a_unique_key_probe_the_existing_rows_record(sandbox: Sandbox, schema: str) -> None:
@@ -437,20 +421,12 @@ def test_upserts_by_a_unique_key_probe_the_existing_rows_record(sandbox: Sandbox
     rng = random.Random(5)
     upserts = [f"INSERT INTO users (email, name) VALUES ('u{rng.randint(1, 3500)}@x', 'm{i}')"
                " ON DUPLICATE KEY UPDATE name = VALUES(name)" for i in range(800)]
-    try:
-        write(sb, schema, "STATEMENT", ["UPDATE t SET c = c + 1 WHERE id = 1", *upserts])
-        wait_received(sb)
-        probes, snap, _ = asyncio.run(_run_engine(sb, schema, lambda probes: sum(
-            p.rows for p in probes if p.table == "users") >= 300))
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
+    probes, snap = _probed(sb, schema, ["UPDATE t SET c = c + 1 WHERE id = 1", *upserts], enough=lambda
+                           probes: sum(p.rows for p in probes if p.table == "users") >= 300)
     print("prefetch:", snap.counters, snap.pool)
     mine = [p for p in probes if p.schema == schema and p.table == "users"]
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
     assert mine, "the upserts were probed"
     assert all(p.index == "email" and p.sql.startswith("SELECT ISNULL(`name`) FROM") for p in mine), \
         sorted({p.sql[:60] for p in mine})
-    for table in ("t", "users"):
-        src = sb.source.query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"]
-        assert sb.replica().query(f"CHECKSUM TABLE `{schema}`.{table}")[0]["Checksum"] == src
+    _assert_same_data(sb, schema, ("t", "users"))

@@ -83,6 +83,7 @@ def full_prefetch() -> PrefetchSnapshot:
         counters={"events": 10_000, "row_changes": 8_000, "transactions": 400, "probes_submitted": 600,
                   "rows_probed": 7_900, "in_time": 550, "late": 40, "dropped": 10,
                   "skipped": {"overtaken": 3, "pool_full": 2}, "jumps": 1, "resyncs": 0, "corrupt": 0,
+                  "status_polls": 40, "position_polls": 160,
                   "windows": 12},
         lead_transactions=30, lead_rows=900, lead_bytes=120_000, lead_seconds=2.5, lead_pages=850,
         target_transactions=40, connections=8, benefit=1.8, probe_latency_avg=0.002,

@@ -63,6 +63,10 @@ class FakeMonitor:
     async def applier_trx(self) -> ApplierTrx | None:
         return self.trx
 
+    async def applied_gtids(self) -> str | None:
+        """No position statement: the engine takes a full status every poll."""
+        return None
+
     async def query(self, sql: str) -> list[dict[str, Any]]:
         """No statement is known here: as a replica that fails them (the caller copes)."""
         verb = sql.split(maxsplit=1)[0]

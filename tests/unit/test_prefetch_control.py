@@ -224,3 +224,25 @@ def test_upserts_probe_their_other_entries_unless_their_rows_exist(asked: float,
                                                                   why: str) -> None:
     got, reason = control.upsert_entries(asked, found)
     assert got is probed and why in reason
+
+
+# ----- the position poll: where @@gtid_slave_pos places the SQL thread -------------
+
+@pytest.mark.parametrize(("before", "now", "ours", "gtid", "why"), [
+    (None, "0-1-5", {"0"}, "0-1-5", "moved"),                          # the first reading
+    ("0-1-5", "0-1-5", {"0"}, None, "same"),
+    ("0-1-5", "0-1-9", {"0"}, "0-1-9", "moved"),
+    ("0-1-5,7-3-2", "0-1-9,7-3-4", {"0"}, "0-1-9", "moved"),           # 7: another channel's
+    ("0-1-5,7-3-2", "0-1-5,7-3-4", {"0"}, None, "same"),               # only the other channel moved
+    ("0-1-5, 7-3-2", "7-3-2,0-1-5", {"0", "7"}, None, "same"),         # spelled in another order
+    ("0-1-5,1-1-2", "0-1-6,1-1-3", {"0", "1"}, None, "2 domains"),     # parallel over two domains
+    (None, "0-1-5,1-1-2", {"0", "1"}, None, "2 domains"),
+    ("0-1-5", "", {"0"}, None, "left"),                                 # RESET: nothing applied
+    ("0-1-5", "0-1-5", set(), None, "no transaction"),                 # none read yet: unplaced
+    (None, "7-3-2", {"0"}, None, "no reading before"),                   # only another channel's
+])
+def test_applied_gtid_names_one_transaction_or_says_why_not(
+        before: str | None, now: str, ours: set[str], gtid: str | None, why: str) -> None:
+    got, reason = control.applied_gtid(before, now, ours)
+    assert got == gtid
+    assert why in reason

@@ -4,18 +4,20 @@ one big transaction, where the position stands still."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tests.unit.status_fixtures import replica_status
 
 from lagd.mysql.errors import DatabaseError, Kind
+from lagd.mysql.monitor import Sample
 from lagd.mysql.progress import ApplierTrx
 from lagd.prefetch import control
 from lagd.prefetch.engine import PrefetchEngine, _Trx
 from lagd.prefetch.pool import Outcome, PoolCounters
-from lagd.relaylog import Column, RelayPosition, RowChange, RowKind, Statement, TableInfo
+from lagd.relaylog import Column, RelayPosition, RowChange, RowKind, Statement, TableInfo, TransactionEnd
 
 
 @dataclass
@@ -523,3 +525,102 @@ def test_a_held_statement_probe_the_sql_thread_passed_is_not_sent() -> None:
     eng._on_done(first, (2, 0), Outcome("ok", 10, 0.02))
     assert sent == [first, ahead] and eng.counters.skipped == {"overtaken": 1}
     assert eng._lead_pages == 10, "the applied transactions took theirs along; `ahead` is out"
+
+
+# ----- the position poll between two full statuses ---------------------------------
+
+class GtidMonitor:
+    """``@@gtid_slave_pos`` as the test sets it; ``None``: a MySQL, which has none lagd uses."""
+
+    def __init__(self, gtids: str | Exception | None) -> None:
+        self.gtids = gtids
+
+    async def applied_gtids(self) -> str | None:
+        if isinstance(self.gtids, Exception):
+            raise self.gtids
+        return self.gtids
+
+
+def _ended(seq: int) -> TransactionEnd:
+    file = "relay.000001" if seq <= 10 else "relay.000002"  # a rotation after the tenth
+    return TransactionEnd(file, 100 * seq, "src.000003", 5_000 + 200 * seq, f"0-1-{seq}", True, seq,
+                          100, 1, 1, 0, frozenset({"db.t"}))
+
+
+def positioned(clock: list[float], gtids: str | Exception | None) -> PrefetchEngine:
+    eng = engine(clock)
+    for t in eng._ahead:  # as _consume fills them
+        t.ended = _ended(t.seq)
+        eng._by_gtid[f"0-1-{t.seq}"] = t
+    eng._domains.add("0")
+    eng.monitor = GtidMonitor(gtids)  # type: ignore[assignment]
+    eng._sample = Sample(0.0, 0.0, replica_status(relay_log_file="relay.000001", relay_log_pos=200,
+                                                  relay_source_log_file="src.000003",
+                                                  exec_source_log_pos=5_400))
+    eng.state = "active"
+    return eng
+
+
+def test_a_position_poll_moves_the_last_status_to_the_end_of_the_transaction_applied() -> None:
+    clock = [100.0]
+    eng = positioned(clock, "0-1-12")
+    got = asyncio.run(eng._position_poll())
+    assert got is not None and got.status is not None and eng._sample is not None
+    assert (got.status.relay_log_file, got.status.relay_log_pos) == ("relay.000002", 1200)
+    assert (got.status.relay_source_log_file, got.status.exec_source_log_pos) == ("src.000003", 7_400)
+    # The rest is the full status's: whether the SQL thread runs, the IO thread's position.
+    assert got.status == replace(eng._sample.status, relay_log_file="relay.000002", relay_log_pos=1200,
+                                 exec_source_log_pos=7_400)
+
+
+@pytest.mark.parametrize(("gtids", "placed"), [
+    ("0-1-99", False),                 # a transaction the cursor has not read (or has passed)
+    ("0-1-12,1-1-4", True),            # domain 1 is not this relay log's: 0 places it
+    ("0-2-12", False),                 # domain 0 from another server: not the one read
+    (DatabaseError("lost", kind=Kind.LOST), False),
+])
+def test_a_position_poll_that_cannot_place_the_sql_thread_asks_for_a_full_status(
+        gtids: str | Exception, placed: bool) -> None:
+    clock = [100.0]
+    eng = positioned(clock, gtids)
+    got = asyncio.run(eng._position_poll())
+    assert (got is not None) is placed
+    assert eng._positions  # a lost session: the full status reconnects, positions go on after
+
+
+def test_a_position_statement_refused_is_said_once_and_not_asked_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    clock = [100.0]
+    eng = positioned(clock, DatabaseError("Unknown system variable 'gtid_slave_pos'", kind=Kind.SCHEMA))
+    with caplog.at_level("INFO", logger="lagd.prefetch"):
+        assert asyncio.run(eng._position_poll()) is None
+    assert not eng._positions and not eng._positions_due(clock[0])
+    assert [r.getMessage() for r in caplog.records if "applied GTIDs" in r.getMessage()] != []
+
+
+def test_an_unchanged_position_keeps_the_last_status_and_a_mysql_is_polled_in_full() -> None:
+    clock = [100.0]
+    eng = positioned(clock, "0-1-2")
+    first = asyncio.run(eng._position_poll())
+    eng._sample = first
+    assert asyncio.run(eng._position_poll()) is first  # nothing committed since
+    eng.monitor = GtidMonitor(None)  # type: ignore[assignment]
+    assert asyncio.run(eng._position_poll()) is None
+    assert not eng._positions and not eng._positions_due(clock[0])
+
+
+@pytest.mark.parametrize(("since_full", "running", "state", "due"), [
+    (0.05, True, "active", True),
+    (control.FULL_STATUS_EVERY + 0.01, True, "active", False),  # a full status is due
+    (0.05, False, "active", False),                      # stopped: only a full status says it runs again
+    (0.05, True, "idle", False),                         # slow polls: each a full status
+])
+def test_a_position_poll_is_due_only_between_fresh_full_statuses_of_a_running_sql_thread(
+        since_full: float, running: bool, state: str, due: bool) -> None:
+    clock = [100.0]
+    eng = positioned(clock, "0-1-2")
+    assert eng._sample is not None and eng._sample.status is not None
+    eng._sample = Sample(0.0, 0.0, replace(eng._sample.status, sql_running=running))
+    eng.state = state
+    eng._full_at = clock[0] - since_full
+    assert eng._positions_due(clock[0]) is due

@@ -309,6 +309,11 @@ def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
     _add(reconnects, [], pool.get("reconnects"))
     families.append(reconnects)
 
+    polls = _counter("lagd_prefetch_replica_polls", "Polls of the replica's state while prefetching, by "
+                     "kind: its whole status, or the SQL thread's position alone between two.", ["kind"])
+    _add(polls, ["status"], c.get("status_polls"))
+    _add(polls, ["position"], c.get("position_polls"))
+    families.append(polls)
     outcomes = _counter("lagd_prefetch_probes", "Probes finished, by outcome.", ["outcome"])
     for outcome, v in zip(PROBE_OUTCOMES, (pool.get("succeeded"), pool.get("timed_out"), pool.get("failed"),
                                            pool.get("refused"), c.get("dropped")), strict=True):

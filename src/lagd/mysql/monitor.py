@@ -188,6 +188,21 @@ class ReplicaMonitor:
         self.latest = sample
         return sample
 
+    async def applied_gtids(self) -> str | None:
+        """The GTIDs the SQL thread has applied (:attr:`ServerFlavor.applied_gtids_statement`),
+        as the server spells them; None where the flavor has no such statement. Raises
+        DatabaseError. Unlike :meth:`poll` this leaves :attr:`latest` alone: it is a
+        position, not a status."""
+        async with self._lock:
+            await self._ensure()
+            assert self.flavor is not None
+            sql = self.flavor.applied_gtids_statement
+            if sql is None:
+                return None
+            rows = await self._statement(sql)
+        value = rows[0]["gtids"] if rows else None
+        return None if value is None else str(value)
+
     def _pick(self, rows: list[dict[str, Any]]) -> ReplicaStatus | None:
         assert self.flavor is not None
         statuses = [parse_replica_status(r, self.flavor) for r in rows]

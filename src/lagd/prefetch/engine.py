@@ -72,6 +72,7 @@ class _Trx:
     rows_probed: int = 0  # of its rows, those given to the batcher (the last ones read)
     start: tuple[str, int] = ("", 0)  # its first event's relay-log file and offset
     read_bytes: int = 0  # relay-log bytes of it the cursor has read (all of them: ``bytes``)
+    ended: TransactionEnd | None = None  # where the SQL thread stands once it is applied
 
 
 @dataclass(slots=True)
@@ -103,6 +104,8 @@ class PrefetchCounters:
     corrupt: int = 0
     windows: int = 0
     schema_errors: int = 0  # probes that failed on a missing index, column or table
+    status_polls: int = 0  # SHOW ALL SLAVES STATUS (or the MySQL spelling) taken
+    position_polls: int = 0  # of the SQL thread's position alone (control.FULL_STATUS_EVERY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +191,12 @@ class PrefetchEngine:
         self.static_off = control.pool_too_small(limits)
         self._sample: Sample | None = None
         self._new_sample = asyncio.Event()
+        # The position poll between two full statuses (control.FULL_STATUS_EVERY).
+        self._by_gtid: dict[str, _Trx] = {}  # read transactions not yet applied, by GTID
+        self._domains: set[str] = set()  # the replication domains of this relay log
+        self._gtids: str | None = None  # @@gtid_slave_pos at the last position poll
+        self._full_at = -1e9
+        self._positions = True  # False: the server has no position statement lagd knows
         self._poll_now = asyncio.Event()
         self.poll_active = 0.02  # seconds between status polls while prefetching
         self.poll_idle = 0.25
@@ -403,6 +412,8 @@ class PrefetchEngine:
             self._lead_bytes -= t.bytes
             self._lead_pages -= t.probed
             self._popped += 1
+            if t.ended is not None and t.ended.gtid:
+                self._by_gtid.pop(t.ended.gtid, None)
         self._trx_rate.add(now, self._popped)
         self._sql_seen_at = now
         if moved:
@@ -437,6 +448,7 @@ class PrefetchEngine:
     def _reset_window(self) -> None:
         self._ahead.clear()
         self._by_seq.clear()
+        self._by_gtid.clear()
         self._current = None
         self._applied_seq = self._seq
         self._lead_rows = self._lead_bytes = self._lead_pages = 0
@@ -622,6 +634,10 @@ class PrefetchEngine:
                     cur.end = self._key(e.relay_file, e.relay_offset)
                     cur.bytes = e.size
                     self._lead_bytes += e.size
+                    if e.gtid:
+                        cur.ended = e
+                        self._by_gtid[e.gtid] = cur
+                        self._domains.add(e.gtid.partition("-")[0])
                 # Relay-log bytes a transaction: what a transaction left to purge costs in
                 # the gate's unit (control.StallWindow.trx_bytes).
                 self._trx_bytes += 0.01 * (e.size - self._trx_bytes) if self._trx_bytes else e.size
@@ -694,7 +710,15 @@ class PrefetchEngine:
         next_discovery = 0.0
         was_running = False
         while not stop.is_set():
-            self._sample = await self.monitor.poll()
+            now = self._clock()
+            sample = await self._position_poll() if self._positions_due(now) else None
+            if sample is None:
+                sample = await self.monitor.poll()
+                self._full_at = now
+                self.counters.status_polls += 1
+            else:
+                self.counters.position_polls += 1
+            self._sample = sample
             self._new_sample.set()
             now = self._clock()
             running = self._sample.status is not None and self._sample.status.sql_running
@@ -711,6 +735,48 @@ class PrefetchEngine:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.poll_active if self._fast_polls() else self.poll_idle):
                     await self._poll_now.wait()
+
+    def _positions_due(self, now: float) -> bool:
+        """A position poll will do: the last full status is fresh and said the SQL thread
+        runs, and the engine follows it closely (the 20 ms polls)."""
+        st = self._sample.status if self._sample is not None else None
+        return (self._positions and bool(self._by_gtid) and st is not None and st.sql_running
+                and self._fast_polls() and now - self._full_at < control.FULL_STATUS_EVERY)
+
+    async def _position_poll(self) -> Sample | None:
+        """The last full status moved to where ``@@gtid_slave_pos`` places the SQL thread:
+        the end of the transaction it names, read by the cursor and not yet applied.
+        None when that cannot place it (a transaction not read, several domains moved,
+        no answer): then a full status is taken."""
+        try:
+            gtids = await self.monitor.applied_gtids()
+        except Exception as e:
+            self._gtids = None
+            if kind_of(e) in CONNECTION_KINDS:
+                return None  # the full status poll that follows says what is wrong, once
+            # Refused or unreadable here (a proxy, a fork): said once, full statuses from now on.
+            self._positions = False
+            log.info("cannot read the SQL thread's applied GTIDs (%s): its position is polled with"
+                     " the full replica status (more of lagd's CPU, nothing else changes)", e)
+            return None
+        if gtids is None:
+            self._positions = False  # a MySQL: its status statement, every poll
+            return None
+        gtid, why = control.applied_gtid(self._gtids, gtids, self._domains)
+        self._gtids = gtids
+        last = self._sample
+        if gtid is None:
+            return last if why == "same" else None
+        trx = self._by_gtid.get(gtid)
+        end = trx.ended if trx is not None else None
+        if end is None or last is None or last.status is None:
+            return None
+        st = last.status
+        status = replace(
+            st, relay_log_file=end.relay_file, relay_log_pos=end.relay_offset,
+            relay_source_log_file=end.source_file or st.relay_source_log_file,
+            exec_source_log_pos=end.source_pos if end.source_pos is not None else st.exec_source_log_pos)
+        return Sample(time.time(), time.monotonic(), status)
 
     def _wants_inside(self, now: float) -> bool:
         """Count the SQL thread's rows inside the head transaction only while probes may

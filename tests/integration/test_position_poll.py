@@ -20,7 +20,7 @@ from lagd.mysql.monitor import Sample
 from lagd.prefetch.engine import PrefetchEngine
 from lagd.prefetch.service import PrefetchOptions
 from lagd.relaylog import LogFiles, RelayLogReader, TransactionEnd
-from lagd.sandbox.pair import Sandbox
+from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.integration.engine_util import run_held
 from tests.integration.test_prefetch_statements import write
 from tests.integration.test_relaylog_sandbox import read_all, resolver_for, sql_position, wait_received
@@ -119,3 +119,17 @@ def test_the_engine_follows_the_sql_thread_by_position_polls_in_order(sandbox: S
     keys = [pos for _, pos in seen]
     back = {a for a, b in itertools.pairwise(keys) if a > b}
     assert not back, [s for s in seen if s[1] in back]
+
+
+def test_gtid_slave_pos_moves_on_a_replica_by_file_and_position() -> None:
+    """MASTER_USE_GTID = no (MariaDB's default before 10.10): the SQL thread records each
+    transaction's GTID all the same, so the position poll holds there too."""
+    with Sandbox(SandboxConfig(replicas=1, gtid=False)) as sb:
+        assert sb.slave_status()["Using_Gtid"] == "No"
+        sb.source.query("CREATE DATABASE p")
+        sb.source.query("CREATE TABLE p.t (id INT PRIMARY KEY)")
+        for i in range(1, 4):
+            sb.source.query(f"INSERT INTO p.t VALUES ({i})")
+        sb.wait_caught_up(timeout=60)  # by file and position
+        applied = sb.replica().query("SELECT @@GLOBAL.gtid_slave_pos AS p")[0]["p"]
+        assert applied == sb.source.query("SELECT @@GLOBAL.gtid_binlog_pos AS p")[0]["p"]

@@ -74,7 +74,18 @@ def test_the_engine_follows_the_sql_thread_by_position_polls_in_order(sandbox: S
     """A catch-up of 3,000 transactions the cursor has read ahead: between two full statuses
     the engine places the SQL thread by ``@@gtid_slave_pos``, and no full status ever finds
     it behind where a position poll placed it (the engine would take that for a restart)."""
-    sb = sandbox
+    _follow_in_order(sandbox, schema)
+
+
+def test_with_parallel_replication_no_status_is_behind_a_position_poll() -> None:
+    """Parallel workers commit in order within a domain, and Relay_Log_Pos follows the
+    commits: the same holds with 4 of them (optimistic, MariaDB's default mode)."""
+    with Sandbox(SandboxConfig(replicas=1, slave_parallel_threads=4, slave_parallel_mode="optimistic")) as sb:
+        sb.source.query("CREATE DATABASE pp")
+        _follow_in_order(sb, "pp")
+
+
+def _follow_in_order(sb: Sandbox, schema: str) -> None:
     sb.source.query("CREATE TABLE t (id INT PRIMARY KEY, c INT NOT NULL)", db=schema)
     sb.source.query("INSERT INTO t SELECT seq, 0 FROM seq_1_to_3000", db=schema)
     sb.wait_caught_up(timeout=60)
@@ -84,8 +95,10 @@ def test_the_engine_follows_the_sql_thread_by_position_polls_in_order(sandbox: S
         write(sb, schema, "ROW", [f"UPDATE t SET c = c + 1 WHERE id = {i}" for i in range(1, 3001)],
               per_trx=1)
         wait_received(sb)
-        opts = PrefetchOptions(connections=2, adaptive=False, min_lead_transactions=500,
-                               max_lead_transactions=2000)
+        # A lead over the whole backlog (and a page budget for it): the SQL thread, let go,
+        # finds every transaction read ahead and is placed by position polls all the way.
+        opts = PrefetchOptions(connections=2, adaptive=False, min_lead_transactions=3500,
+                               max_lead_transactions=4000)
 
         def watch(engine: PrefetchEngine, _probe: Any) -> None:
             if getattr(engine, "_watched", False):
@@ -109,8 +122,8 @@ def test_the_engine_follows_the_sql_thread_by_position_polls_in_order(sandbox: S
             engine.monitor.poll = full_poll  # type: ignore[method-assign]
             engine._position_poll = position_poll  # type: ignore[method-assign]
 
-        engine = asyncio.run(run_held(sb, schema, "SELECT * FROM t WHERE id = 1 FOR UPDATE", opts, 256 << 20,
-                                      watch, lambda e: e.counters.probes_submitted >= 20))
+        engine = asyncio.run(run_held(sb, schema, "SELECT * FROM t WHERE id = 1 FOR UPDATE", opts, 4 << 30,
+                                      watch, lambda e: e.counters.transactions >= 2900))
     finally:
         sb.start_sql_thread()
         sb.wait_caught_up(timeout=60)

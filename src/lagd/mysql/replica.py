@@ -179,7 +179,7 @@ class ServerFlavor:
         MariaDB's ``@@gtid_slave_pos`` moves with every replicated transaction
         committed (the server updates ``mysql.gtid_slave_pos`` inside it, and
         every MariaDB event group has a GTID; proven live with MASTER_USE_GTID
-        = slave_pos), and costs a seventh of the client CPU of ``SHOW ALL
+        = slave_pos), and costs a fifth to a seventh of the client CPU of ``SHOW ALL
         SLAVES STATUS`` with its 60 columns. MySQL would answer with
         ``performance_schema.replication_applier_status_by_worker``'s
         ``LAST_APPLIED_TRANSACTION`` (8.0+, GTID_MODE=ON only); not proven on a

@@ -107,14 +107,14 @@ def decide_step(*, sql_running: bool, overtaken: bool, at_tail: bool, enabled: b
 
 
 # While probes may run the engine needs the SQL thread's position every 20 ms. SHOW ALL
-# SLAVES STATUS costs lagd about 336 us of CPU (asyncmy 163, its 60 columns parsed 136:
+# SLAVES STATUS costs lagd 187-336 us of CPU (asyncmy 163, its 60 columns parsed 136,
 # 15% of the event loop's samples in a 4,000-statement/s catch-up); MariaDB's
-# @@gtid_slave_pos, a one-column row, 44. So between two full statuses the engine asks
-# that and finds the transaction it names among those it has read (each ends at a known
-# relay-log position); the full status, every FULL_STATUS_EVERY, still says whether the
-# SQL thread runs or stopped on an error, and where the IO thread is. 0.25 s: the cadence
-# of a shut gate's polls; at 0.1 s a full status's own latency on a busy replica (20-50
-# ms) left one position poll between two.
+# @@gtid_slave_pos, a one-column row, 39-55 (tests/bench/bench_polls.py). So between two
+# full statuses the engine asks that and finds the transaction it names among those it
+# has read (each ends at a known relay-log position); the full status, every
+# FULL_STATUS_EVERY, still says whether the SQL thread runs or stopped on an error, and
+# where the IO thread is. 0.25 s: the cadence of a shut gate's polls; at 0.1 s a full
+# status's own latency on a busy replica (20-50 ms) left one position poll between two.
 FULL_STATUS_EVERY = 0.25
 
 

@@ -11,12 +11,9 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
-import resource
 import statistics
-import subprocess
+import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import asyncmy  # type: ignore[import-untyped]
@@ -24,17 +21,7 @@ import asyncmy  # type: ignore[import-untyped]
 from lagd.daemon.main import run_async
 from lagd.mysql.monitor import ReplicaMonitor
 from lagd.sandbox.pair import Sandbox, SandboxConfig
-
-
-def _own_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
-def _server_cpu(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
+from tests.bench.bench_prefetch import _cpu_seconds
 
 Costs = dict[str, list[tuple[float, float]]]  # per case: (lagd µs, server µs) a call, each round
 
@@ -59,10 +46,10 @@ async def _measure(dsn: dict[str, Any], server_pid: int, calls: int, rounds: int
     out: Costs = {name: [] for name in cases}
     for _ in range(rounds):
         for name, call in cases.items():
-            own, server = _own_cpu(), _server_cpu(server_pid)
+            own, server = time.process_time(), _cpu_seconds(server_pid)
             for _ in range(calls):
                 await call()
-            own, server = _own_cpu() - own, _server_cpu(server_pid) - server
+            own, server = time.process_time() - own, _cpu_seconds(server_pid) - server
             out[name].append((own / calls * 1e6, server / calls * 1e6))
     await monitor.close()
     return out
@@ -75,8 +62,8 @@ def main() -> int:
     args = ap.parse_args()
     with Sandbox(SandboxConfig(replicas=1)) as sb:
         replica = sb.replica()
-        pid = int(subprocess.check_output(["pgrep", "-f", f"port={replica.port}"]).split()[0])
-        results = run_async(_measure(replica.dsn.as_kwargs(), pid, args.calls, args.rounds))
+        assert replica.pid is not None
+        results = run_async(_measure(replica.dsn.as_kwargs(), replica.pid, args.calls, args.rounds))
     print(f"{'one call':42s} {'lagd µs':>9s} {'server µs':>10s}"
           f"   (median of {args.rounds} rounds of {args.calls})")
     for name, rows in results.items():

@@ -634,7 +634,7 @@ class PrefetchEngine:
                     cur.end = self._key(e.relay_file, e.relay_offset)
                     cur.bytes = e.size
                     self._lead_bytes += e.size
-                    if e.gtid:
+                    if e.gtid and self._positions:  # off (a MySQL): no map kept per transaction
                         cur.ended = e
                         self._by_gtid[e.gtid] = cur
                         self._domains.add(e.gtid.partition("-")[0])

@@ -112,9 +112,12 @@ def run_aiomysql(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None
 
 
 def run_lagd_pool(dsn: dict[str, Any], work: list[list[int]], conns: int,
-                  loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None) -> None:
+                  loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+                  text: bool = False) -> None:
     """lagd's own probe path: prefetch.pool.ProbePool (queue, session setup, watchdog,
-    prepared statements), on asyncio's event loop or on the one lagd run picks."""
+    prepared statements), on asyncio's event loop or on the one lagd run picks.
+    ``text``: the keys in the probe's text, as statement and INSERT-entry probes carry
+    the literals of the statement (a plain query, its rows counted as they stream)."""
     import asyncmy  # noqa: PLC0415 - only when measured
 
     from lagd.prefetch.pool import ProbePool  # noqa: PLC0415
@@ -139,7 +142,7 @@ def run_lagd_pool(dsn: dict[str, Any], work: list[list[int]], conns: int,
                          queue_limit=len(work))
         pool.start()
         for ids in work:
-            pool.submit(Probe(SQL, tuple(ids)))
+            pool.submit(Probe(SQL % tuple(ids), ()) if text else Probe(SQL, tuple(ids)))
         await finished.wait()
         await pool.close()
 
@@ -153,9 +156,16 @@ def run_lagd_pool_lagd_loop(dsn: dict[str, Any], work: list[list[int]], conns: i
     run_lagd_pool(dsn, work, conns, loop_factory())
 
 
+def run_lagd_pool_text(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None:
+    from lagd.daemon.main import loop_factory  # noqa: PLC0415
+
+    run_lagd_pool(dsn, work, conns, loop_factory(), text=True)
+
+
 DRIVERS = {"pymysql+threads": run_pymysql_threads, "asyncmy": run_asyncmy,
            "asyncmy+prepared": run_asyncmy_prepared, "aiomysql": run_aiomysql,
-           "lagd-pool": run_lagd_pool, "lagd-pool+lagd-loop": run_lagd_pool_lagd_loop}
+           "lagd-pool": run_lagd_pool, "lagd-pool+lagd-loop": run_lagd_pool_lagd_loop,
+           "lagd-pool+text": run_lagd_pool_text}
 
 
 

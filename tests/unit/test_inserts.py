@@ -8,10 +8,16 @@ from typing import Any
 import pytest
 
 from lagd.prefetch.fingerprint import StatementBatcher, fingerprint, marked, marker_slot
-from lagd.prefetch.inserts import InsertShape, TableKeys, entries, parse_insert, table_keys
+from lagd.prefetch.inserts import InsertShape, TableKeys, entries, parse_insert, prepared, table_keys
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.prefetch.rewrite_sql import StatementRewrite
 from lagd.relaylog import Statement
+
+
+def sent(p: Any) -> str:
+    """The probe's text as the server gets it: a prepared probe's arguments in their places
+    (its list padded with the last entry: rewrite_sql.padded_size)."""
+    return p.sql % p.params if p.params else p.sql
 
 
 def info_rows(columns: list[tuple[str, str]], indexes: list[tuple[str, tuple[str, ...], bool]],
@@ -182,15 +188,18 @@ def test_inserts_are_probed_once_their_table_is_known_and_batched_per_index() ->
     # 0: first of its shape; 1, 2: the table not known yet; 3..11 probed
     assert b.skipped["insert_statement"] == 1 and b.skipped["table_lookup"] == 2
     pk = [p for p in out if p.index == "PRIMARY"]
-    assert [p.sql for p in pk] == [
+    assert [sent(p) for p in pk] == [
         "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (3, 4, 5, 6)",
         "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (7, 8, 9, 10)",
         "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (11)",
     ]
     k = [p for p in out if p.index == "k_1"]
-    assert k[0].sql == ("SELECT 1 FROM `s`.`t` FORCE INDEX (`k_1`) WHERE (`k`, `id`) IN"
-                        " ((103, 3), (104, 4), (105, 5), (106, 6))")
-    assert sum(p.rows for p in pk) == 9 and all(p.params == () and p.kind == "statement" for p in out)
+    assert sent(k[0]) == ("SELECT 1 FROM `s`.`t` FORCE INDEX (`k_1`) WHERE (`k`, `id`) IN"
+                          " ((103, 3), (104, 4), (105, 5), (106, 6))")
+    # Integer entries are prepared probes, as row probes are: the values are arguments.
+    assert pk[0].sql == "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (%s, %s, %s, %s)"
+    assert k[0].params == (103, 3, 104, 4, 105, 5, 106, 6)
+    assert sum(p.rows for p in pk) == 9 and all(p.kind == "statement" for p in out)
     assert (b.rows, b.moving) == (11, 0)  # every INSERT probed or waiting counts as its rows
 
 
@@ -247,7 +256,7 @@ def statement_probes(b: ProbeBatcher, *sqls: str) -> list[tuple[str, str, str]]:
         b.add_statement(Statement("s", re.sub(r"\b\d+\b", "0", sql), 0, 0))
     b.flush()
     out = [p for sql in sqls for p in b.add_statement(Statement("s", sql, 0, 0))] + b.flush()
-    return sorted((p.table, p.index or "", p.sql.split(" WHERE ")[1]) for p in out)
+    return sorted((p.table, p.index or "", sent(p).split(" WHERE ")[1]) for p in out)
 
 
 def test_an_insert_statement_probes_the_parent_entries_its_foreign_keys_check() -> None:
@@ -284,9 +293,10 @@ def test_a_self_referencing_key_unchecked_keeps_the_tables_own_entries() -> None
     sql = "INSERT INTO emp (id, manager) VALUES ({}, 7)"
     b.add_statement(Statement("s", sql.format(0), 0, 0, False))
     out = [*b.add_statement(Statement("s", sql.format(5), 0, 0, False)), *b.flush()]
-    assert [(p.table, p.index, p.sql.split(" WHERE ")[1]) for p in out] == [("emp", "PRIMARY", "`id` IN (5)")]
+    assert [(p.table, p.index, sent(p).split(" WHERE ")[1]) for p in out] == [
+        ("emp", "PRIMARY", "`id` IN (5)")]
     checked = [*b.add_statement(Statement("s", sql.format(6), 0, 0)), *b.flush()]
-    assert sorted(p.sql.split(" WHERE ")[1] for p in checked) == ["`id` IN (6)", "`id` IN (7)"]
+    assert sorted(sent(p).split(" WHERE ")[1] for p in checked) == ["`id` IN (6)", "`id` IN (7)"]
 
 
 def test_a_parent_learnt_after_the_shape_was_planned_is_probed_from_then_on() -> None:
@@ -404,7 +414,7 @@ def test_the_batcher_counts_an_auto_increment_primary_key_as_an_append() -> None
     b.add_statement(Statement("s", sql.format(0), 0, 0, insert_id=1))
     out = [p for i in (1, 2)
            for p in b.add_statement(Statement("s", sql.format(10 + i), 0, 0, insert_id=40 + i))]
-    assert [p.sql.split(" WHERE ")[1] for p in out] == ["(`k`, `id`) IN ((11, 41), (12, 42))"]
+    assert [sent(p).split(" WHERE ")[1] for p in out] == ["(`k`, `id`) IN ((11, 41), (12, 42))"]
     assert b.skipped["append"] == 2
 
 
@@ -430,3 +440,33 @@ def test_an_upsert_by_a_unique_key_probes_the_existing_rows_record(sql: str, sel
     # The primary key's new entry (INSERT_ID 7) is an append, not probed.
     assert [p.sql for p in out] == [
         f"SELECT {select} FROM `s`.`u` FORCE INDEX (`email`) WHERE `email` IN ('a@x')"]
+
+
+HEAD = "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN ("
+
+
+@pytest.mark.parametrize(
+    ("values", "size", "sql", "params"),
+    [
+        (["3", "4", "5"], 4, HEAD + "%s, %s, %s, %s)", (3, 4, 5, 5)),  # padded with the last
+        (["-7"], 1, HEAD + "%s)", (-7,)),
+        (["007"], 1, HEAD + "%s)", (7,)),
+        (["18446744073709551615", "-9223372036854775808"], 2, HEAD + "%s, %s)",
+         (18446744073709551615, -9223372036854775808)),
+        (["(1, 2)", "(3, 4)", "(5, 6)"], 4, HEAD + "(%s, %s), (%s, %s), (%s, %s), (%s, %s))",
+         (1, 2, 3, 4, 5, 6, 5, 6)),
+        (["16", "17"], 2, HEAD + "%s, %s)", (16, 17)),
+        # Anything else stays a plain query, its literals as written.
+        (["3", "'a'"], 2, HEAD + "3, 'a')", ()),
+        (["1.5"], 1, HEAD + "1.5)", ()),
+        (["18446744073709551616"], 1, HEAD + "18446744073709551616)", ()),  # over 64 bits
+        (["-9223372036854775809"], 1, HEAD + "-9223372036854775809)", ()),
+        (["\u0663"], 1, HEAD + "\u0663)", ()),  # a digit to Python's int(), not to the server
+        (["(1, 'a')"], 1, HEAD + "(1, 'a'))", ()),
+        (["(1, CONVERT('a, b' USING utf8mb4))"], 1, HEAD + "(1, CONVERT('a, b' USING utf8mb4)))", ()),
+        (["(1, 2)", "(3, 4, 5)"], 2, HEAD + "(1, 2), (3, 4, 5))", ()),
+    ],
+)
+def test_integer_entries_are_a_prepared_probe(values: list[str], size: int, sql: str,
+                                               params: tuple[int, ...]) -> None:
+    assert prepared(HEAD, values, size) == (sql, params)

@@ -110,6 +110,11 @@ def test_not_adaptive_always_on():
         ("SELECT 1 FROM t; DROP TABLE t", "more than one statement"),
         ("select 1 from t for update", "locking read or INTO"),
         ("SELECT 1 FROM t FOR\n  UPDATE", "locking read or INTO"),
+        ("SELECT 1 FROM t FoR sHaRe", "locking read or INTO"),
+        ("SELECT 1 FROM t FORCE INDEX (k) WHERE k IN (1) lock\tin share  mode", "locking read or INTO"),
+        # Words that hold UPDATE or INTO but are no such construct: checked, then let through.
+        ("SELECT 1 FROM t FORCE INDEX (`updated_at`) WHERE `updated_at` IN ('2024-01-01')", None),
+        ("SELECT 1 FROM `into_t` FORCE INDEX (`PRIMARY`) WHERE `id` IN (1)", None),
         # A statement probe carries the statement's literals: what is quoted is data.
         ("SELECT * FROM t WHERE s = 'a;b' LIMIT 256", None),
         ("SELECT * FROM t WHERE s IN ('moved into stock', 'for update', 'lock in share mode')", None),

@@ -75,6 +75,7 @@ from lagd.prefetch.rewrite_sql import (
     StatementRewrite,
     document_select,
     index_probe_sql,
+    padded_size,
     rewrite_statement,
 )
 from lagd.relaylog.events import Ddl, ForeignKey, Index, LoadData, RowChange, RowKind, Statement, TableInfo
@@ -668,25 +669,6 @@ class ProbeBatcher:
     def _skip_image(self, table: TableInfo) -> Sequence[Probe]:
         self._skip("no_image", f"{table.qualified}: row change without the image it needs")
         return _NO_PROBES
-
-
-def padded_size(n: int, max_keys: int) -> int:
-    """The IN list's length for ``n`` keys: the next power of two, or ``max_keys``.
-
-    The pool runs row probes as prepared statements, one per probe text and
-    connection (pool.PREPARED_PER_CONNECTION). A batch cut short by a flush
-    could have any length from 1 to ``max_keys``, so one index would need up to
-    ``max_keys`` texts and the connections' caches would churn (a prepare and a
-    close for a probe). Padded with its last key repeated (the server's range
-    optimizer reads a repeated key once), an index needs about log2(max_keys)
-    texts.
-    """
-    if n >= max_keys:
-        return n
-    size = 1
-    while size < n:
-        size <<= 1
-    return min(size, max_keys)
 
 
 def _appends(ip: _IndexPlan, entry: Any) -> bool:

@@ -93,6 +93,25 @@ class Probe:
     upsert: bool = False
 
 
+def padded_size(n: int, max_keys: int) -> int:
+    """The IN list's length for ``n`` keys: the next power of two, or ``max_keys``.
+
+    The pool runs row probes as prepared statements, one per probe text and
+    connection (pool.PREPARED_PER_CONNECTION). A batch cut short by a flush
+    could have any length from 1 to ``max_keys``, so one index would need up to
+    ``max_keys`` texts and the connections' caches would churn (a prepare and a
+    close for a probe). Padded with its last key repeated (the server's range
+    optimizer reads a repeated key once), an index needs about log2(max_keys)
+    texts.
+    """
+    if n >= max_keys:
+        return n
+    size = 1
+    while size < n:
+        size <<= 1
+    return min(size, max_keys)
+
+
 def index_probe_sql(
     schema: str, table: str, index: str, columns: tuple[str, ...], null_columns: tuple[str, ...],
     keys: int, convert: tuple[str | None, ...] = (), select: str = "1",

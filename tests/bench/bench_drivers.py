@@ -113,14 +113,17 @@ def run_aiomysql(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None
 
 def run_lagd_pool(dsn: dict[str, Any], work: list[list[int]], conns: int,
                   loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
-                  text: bool = False) -> None:
+                  text: bool = False, texts: int = 1, hot: int | None = None) -> None:
     """lagd's own probe path: prefetch.pool.ProbePool (queue, session setup, watchdog,
     prepared statements), on asyncio's event loop or on the one lagd run picks.
     ``text``: the keys in the probe's text, as statement and INSERT-entry probes carry
-    the literals of the statement (a plain query, its rows counted as they stream)."""
+    the literals of the statement (a plain query, its rows counted as they stream).
+    ``texts``: the probes cycle over that many texts (``SELECT <i> ...``), as probes of
+    many tables and indexes do; ``hot``: how many of them may run prepared
+    (pool.HotTexts; None: the pool's own choice)."""
     import asyncmy  # noqa: PLC0415 - only when measured
 
-    from lagd.prefetch.pool import ProbePool  # noqa: PLC0415
+    from lagd.prefetch.pool import HotTexts, ProbePool  # noqa: PLC0415
 
     class Probe(NamedTuple):
         sql: str
@@ -140,9 +143,12 @@ def run_lagd_pool(dsn: dict[str, Any], work: list[list[int]], conns: int,
 
         pool = ProbePool(connect, mariadb=True, size=conns, timeout_ms=5000, on_done=on_done,
                          queue_limit=len(work))
+        if hot is not None:
+            pool._hot = HotTexts(most=hot)  # the measured alternative
         pool.start()
-        for ids in work:
-            pool.submit(Probe(SQL % tuple(ids), ()) if text else Probe(SQL, tuple(ids)))
+        for i, ids in enumerate(work):
+            sql = SQL.replace("SELECT 1", f"SELECT {i % texts + 1}", 1)
+            pool.submit(Probe(sql % tuple(ids), ()) if text else Probe(sql, tuple(ids)))
         await finished.wait()
         await pool.close()
 
@@ -162,10 +168,23 @@ def run_lagd_pool_text(dsn: dict[str, Any], work: list[list[int]], conns: int) -
     run_lagd_pool(dsn, work, conns, loop_factory(), text=True)
 
 
+def run_lagd_pool_many(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None:
+    from lagd.daemon.main import loop_factory  # noqa: PLC0415
+
+    run_lagd_pool(dsn, work, conns, loop_factory(), texts=64)
+
+
+def run_lagd_pool_many_prepared(dsn: dict[str, Any], work: list[list[int]], conns: int) -> None:
+    from lagd.daemon.main import loop_factory  # noqa: PLC0415
+
+    run_lagd_pool(dsn, work, conns, loop_factory(), texts=64, hot=1 << 30)
+
+
 DRIVERS = {"pymysql+threads": run_pymysql_threads, "asyncmy": run_asyncmy,
            "asyncmy+prepared": run_asyncmy_prepared, "aiomysql": run_aiomysql,
            "lagd-pool": run_lagd_pool, "lagd-pool+lagd-loop": run_lagd_pool_lagd_loop,
-           "lagd-pool+text": run_lagd_pool_text}
+           "lagd-pool+text": run_lagd_pool_text, "lagd-pool+64-texts": run_lagd_pool_many,
+           "lagd-pool+64-texts-all-prepared": run_lagd_pool_many_prepared}
 
 
 

@@ -23,7 +23,7 @@ from lagd.mysql.endpoint import IDENTITY_SQL, Endpoint, local_socket
 from lagd.mysql.errors import DatabaseError, Kind
 from lagd.mysql.monitor import ReplicaMonitor, Sample
 from lagd.mysql.session import BlockingSession, query
-from lagd.prefetch.pool import ProbePool
+from lagd.prefetch.pool import HotTexts, ProbePool
 from lagd.prefetch.service import information_schema_connect
 from lagd.relaylog import InformationSchemaResolver
 from lagd.sandbox.pair import Sandbox
@@ -192,6 +192,44 @@ def test_probe_pool_prepares_row_probes_and_keeps_statement_probes_text(sandbox:
     # Two texts with arguments, each prepared once; every one of their probes executed.
     assert after["Com_stmt_prepare"] - before["Com_stmt_prepare"] == 2
     assert after["Com_stmt_execute"] - before["Com_stmt_execute"] == 4
+
+
+def test_probe_pool_sends_texts_past_its_hot_ones_as_plain_queries(sandbox: Sandbox, schema: str) -> None:
+    """Past the texts a connection keeps prepared every probe would prepare its text again:
+    those the pool does not count among the hot ones (HotTexts) go as plain queries, their
+    arguments written in by the driver, and find the same rows."""
+    sandbox.source.query(f"CREATE TABLE `{schema}`.t (id BIGINT UNSIGNED PRIMARY KEY, c VARCHAR(10))")
+    sandbox.source.query(f"INSERT INTO `{schema}`.t VALUES (1, 'a'), (2, 'b'), (18446744073709551615, 'c')")
+    sandbox.wait_caught_up(timeout=60)
+    replica = sandbox.replica()
+
+    def prepares() -> int:
+        return int(replica.query("SHOW GLOBAL STATUS LIKE 'Com_stmt_prepare'")[0]["Value"])
+
+    hot = f"SELECT 1 FROM `{schema}`.t FORCE INDEX (PRIMARY) WHERE id IN (%s, %s)"
+    cold = f"SELECT 2 FROM `{schema}`.t FORCE INDEX (PRIMARY) WHERE id IN (%s, %s)"
+    probes = [_Probe(hot, (1, 2)), _Probe(cold, (2, 18446744073709551615)), _Probe(cold, (3, 1)),
+              _Probe(hot, (18446744073709551615, -1))]
+
+    async def main() -> tuple[list[tuple[str, int]], int]:
+        done: list[tuple[str, int]] = []
+        pool = ProbePool(endpoint(sandbox).async_connect(), mariadb=True, size=1, timeout_ms=2000,
+                         on_done=lambda _p, _t, o: done.append((o.status, o.rows)), queue_limit=16)
+        pool._hot = HotTexts(most=1)  # one text hot: the first
+        pool.start()
+        try:
+            for p in probes:
+                assert pool.submit(p)
+            while len(done) < len(probes):
+                await asyncio.sleep(0.05)
+        finally:
+            await pool.close()
+        return done, pool.counters.unprepared
+
+    before = prepares()
+    done, unprepared = asyncio.run(main())
+    assert done == [("ok", 2), ("ok", 2), ("ok", 1), ("ok", 1)], done
+    assert unprepared == 2 and prepares() - before == 1
 
 
 def _local_socket(e: Endpoint, **instead: Any) -> tuple[Endpoint | None, str]:

@@ -268,7 +268,8 @@ def test_one_table_probes_of_a_document_table_select_isnull_of_its_documents() -
     b = StatementBatcher(2, tables=tables)  # type: ignore[arg-type]
 
     def sqls(*statements: str) -> list[str]:
-        return [p.sql for sql in statements for p in b.add(Statement("s", sql, 0, 0))[0]]
+        return [p.sql % p.params if p.params else p.sql
+                for sql in statements for p in b.add(Statement("s", sql, 0, 0))[0]]
 
     assert sqls("UPDATE t SET c = 1 WHERE id = 1") == ["SELECT * FROM `s`.t WHERE id = 1 LIMIT 256"]
     known[("s", "t")] = TableKeys(("id", "doc"), (None,) * 2, (), frozenset({"id"}), (), "ISNULL(`doc`)")
@@ -508,3 +509,33 @@ def test_a_shapes_probes_out_are_counted_to_every_answer_and_one_offs_forget_the
             f.sent(shape)
             f.answered(shape, "ok")
     assert f._window[shape] == 3 and len(f._window) == 100 and not f._out
+
+
+def test_a_batch_of_integer_values_narrowed_to_a_byte_a_row_is_a_prepared_probe() -> None:
+    """Its rows are read whole (the pool's prepared path), so only a probe that selects a
+    byte a row, bounded by its LIMIT; its list padded to a power of two (a few texts a
+    shape for the connections' caches of prepared statements), the LIMIT with it."""
+    known: dict[tuple[str, str], TableKeys] = {}
+    tables = SimpleNamespace(seen=lambda *a: None, described=lambda s, t: known.get((s, t)),
+                             wants=lambda s: True)
+    b = StatementBatcher(4, tables=tables)  # type: ignore[arg-type]
+
+    def probes(*statements: str) -> list[tuple[str, tuple[object, ...], int]]:
+        out = [p for sql in statements for p in b.add(Statement("s", sql, 0, 0))[0]] + b.flush()
+        return [(p.sql, p.params, p.rows) for p in out]
+
+    b.add(Statement("s", "UPDATE t SET c = 0 WHERE id = 0", 0, 0))  # a shape's first: direct
+    b.add(Statement("s", "UPDATE t SET c = 'x' WHERE s = 'x'", 0, 0))
+    # The table not known yet: SELECT *, whose rows the pool streams: the values in the text.
+    assert probes("UPDATE t SET c = 1 WHERE id = 1") == [
+        ("SELECT * FROM `s`.t WHERE id IN (1) LIMIT 256", (), 1)]
+    known[("s", "t")] = TableKeys(("id", "c", "s"), (None,) * 3, (), frozenset({"id"}), (), "ISNULL(`c`)")
+    assert probes("UPDATE t SET c = 2 WHERE id = 2", "UPDATE t SET c = 3 WHERE id = -3",
+                  "UPDATE t SET c = 4 WHERE id = 4") == [
+        ("SELECT ISNULL(`c`) FROM `s`.t WHERE id IN (%s, %s, %s, %s) LIMIT 1024", (2, -3, 4, 4), 3)]
+    # Strings, decimals, numbers over 64 bits: in the text, as written.
+    assert probes("UPDATE t SET c = 1 WHERE s = 'a'", "UPDATE t SET c = 2 WHERE s = 'b'") == [
+        ("SELECT ISNULL(`c`) FROM `s`.t WHERE s IN ('a', 'b') LIMIT 512", (), 2)]
+    assert probes("UPDATE t SET c = 2 WHERE id = 1.5",
+                  "UPDATE t SET c = 2 WHERE id = 99999999999999999999") == [
+        ("SELECT ISNULL(`c`) FROM `s`.t WHERE id IN (1.5, 99999999999999999999) LIMIT 512", (), 2)]

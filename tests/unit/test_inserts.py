@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from lagd.prefetch.fingerprint import StatementBatcher, fingerprint, marked, marker_slot
-from lagd.prefetch.inserts import InsertShape, TableKeys, entries, parse_insert, prepared, table_keys
+from lagd.prefetch.inserts import InsertShape, TableKeys, entries, parse_insert, table_keys
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.prefetch.rewrite_sql import StatementRewrite
 from lagd.relaylog import Statement
@@ -440,33 +440,3 @@ def test_an_upsert_by_a_unique_key_probes_the_existing_rows_record(sql: str, sel
     # The primary key's new entry (INSERT_ID 7) is an append, not probed.
     assert [p.sql for p in out] == [
         f"SELECT {select} FROM `s`.`u` FORCE INDEX (`email`) WHERE `email` IN ('a@x')"]
-
-
-HEAD = "SELECT 1 FROM `s`.`t` FORCE INDEX (`PRIMARY`) WHERE `id` IN ("
-
-
-@pytest.mark.parametrize(
-    ("values", "size", "sql", "params"),
-    [
-        (["3", "4", "5"], 4, HEAD + "%s, %s, %s, %s)", (3, 4, 5, 5)),  # padded with the last
-        (["-7"], 1, HEAD + "%s)", (-7,)),
-        (["007"], 1, HEAD + "%s)", (7,)),
-        (["18446744073709551615", "-9223372036854775808"], 2, HEAD + "%s, %s)",
-         (18446744073709551615, -9223372036854775808)),
-        (["(1, 2)", "(3, 4)", "(5, 6)"], 4, HEAD + "(%s, %s), (%s, %s), (%s, %s), (%s, %s))",
-         (1, 2, 3, 4, 5, 6, 5, 6)),
-        (["16", "17"], 2, HEAD + "%s, %s)", (16, 17)),
-        # Anything else stays a plain query, its literals as written.
-        (["3", "'a'"], 2, HEAD + "3, 'a')", ()),
-        (["1.5"], 1, HEAD + "1.5)", ()),
-        (["18446744073709551616"], 1, HEAD + "18446744073709551616)", ()),  # over 64 bits
-        (["-9223372036854775809"], 1, HEAD + "-9223372036854775809)", ()),
-        (["\u0663"], 1, HEAD + "\u0663)", ()),  # a digit to Python's int(), not to the server
-        (["(1, 'a')"], 1, HEAD + "(1, 'a'))", ()),
-        (["(1, CONVERT('a, b' USING utf8mb4))"], 1, HEAD + "(1, CONVERT('a, b' USING utf8mb4)))", ()),
-        (["(1, 2)", "(3, 4, 5)"], 2, HEAD + "(1, 2), (3, 4, 5))", ()),
-    ],
-)
-def test_integer_entries_are_a_prepared_probe(values: list[str], size: int, sql: str,
-                                               params: tuple[int, ...]) -> None:
-    assert prepared(HEAD, values, size) == (sql, params)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lagd.prefetch import control
-from lagd.prefetch.pool import refuse_reason, session_setup
+from lagd.prefetch.pool import HotTexts, refuse_reason, session_setup
 from lagd.prefetch.rewrite import ProbeBatcher
 from lagd.relaylog import Statement
 
@@ -251,3 +251,32 @@ def test_applied_gtid_names_one_transaction_or_says_why_not(
     got, reason = control.applied_gtid(before, now, ours)
     assert got == gtid
     assert why in reason
+
+
+def test_hot_texts_are_the_first_ones_then_the_most_used_of_each_window() -> None:
+    hot = HotTexts(most=2, window=10)
+    # The first two texts as they come; a third waits for the window's count.
+    got = [hot.prepared(t) for t in ("a", "b", "c", "a", "c", "c")]
+    assert got == [True, True, False, True, False, False]
+    # The tenth use closes the window: c 5, b 3, a 2 -> c and b from then on.
+    assert [hot.prepared(t) for t in ("c", "c", "b", "b")] == [False, False, True, True]
+    assert [hot.prepared(t) for t in ("a", "b", "c")] == [False, True, True]
+
+
+def test_hot_texts_under_the_cache_size_all_run_prepared() -> None:
+    hot = HotTexts(most=32, window=64)
+    texts = [f"SELECT {i}" for i in range(20)]
+    assert all(hot.prepared(t) for _ in range(10) for t in texts)
+
+
+def test_hot_texts_over_the_cache_size_keep_it_to_the_most_used() -> None:
+    hot = HotTexts(most=4, window=100)
+    # 4 hot texts used 20 times a window, 40 cold ones once: after the first window
+    # only the hot ones run prepared.
+    for _ in range(3):
+        for i in range(40):
+            hot.prepared(f"cold {i}")
+            if i % 2 == 0:
+                hot.prepared(f"hot {i % 8 // 2}")
+    assert [hot.prepared(f"hot {i}") for i in range(4)] == [True] * 4
+    assert not any(hot.prepared(f"cold {i}") for i in range(40))

@@ -26,6 +26,7 @@ from lagd.prefetch.rewrite import (
     padded_size,
     plan_table,
 )
+from lagd.prefetch.rewrite_sql import integer_arguments
 from lagd.relaylog import (
     Column,
     Ddl,
@@ -795,3 +796,31 @@ def test_a_probe_of_rows_with_large_documents_reads_at_most_probe_pages() -> Non
     got = probes_for(*(RowChange(big, U, (i, 10), (i, 10)) for i in range(1, 6)))
     assert PROBE_PAGES == 256
     assert [(p.rows, p.pages) for p in got if p.kind == "pk"] == [(3, 195), (2, 130)]
+
+
+@pytest.mark.parametrize(
+    ("values", "size", "got"),
+    [
+        (["3", "4", "5"], 4, ("%s, %s, %s, %s", (3, 4, 5, 5))),  # padded with the last
+        (["-7"], 1, ("%s", (-7,))),
+        (["007"], 1, ("%s", (7,))),
+        (["18446744073709551615", "-9223372036854775808"], 2,
+         ("%s, %s", (18446744073709551615, -9223372036854775808))),
+        (["(1, 2)", "(3, 4)", "(5, 6)"], 4,
+         ("(%s, %s), (%s, %s), (%s, %s), (%s, %s)", (1, 2, 3, 4, 5, 6, 5, 6))),
+        (["16", "17"], 1, ("%s, %s", (16, 17))),  # never cut
+        # Anything else stays in the text, as written.
+        (["3", "'a'"], 2, None),
+        (["1.5"], 1, None),
+        (["18446744073709551616"], 1, None),  # over 64 bits
+        (["-9223372036854775809"], 1, None),
+        (["\u0663"], 1, None),  # a digit to Python's int(), not to the server
+        (["(1, 'a')"], 1, None),
+        (["(1, CONVERT('a, b' USING utf8mb4))"], 1, None),
+        (["(1, 2)", "(3, 4, 5)"], 2, None),
+        (["1", "2, 3"], 2, None),  # a statement's own IN list as one value
+    ],
+)
+def test_integer_values_are_a_prepared_probes_arguments(values: list[str], size: int,
+                                                        got: tuple[str, tuple[int, ...]] | None) -> None:
+    assert integer_arguments(values, size) == got

@@ -1291,7 +1291,7 @@ class PrefetchEngine:
             pool={"issued": pc.issued, "latency_sum": pc.latency_sum, "succeeded": pc.succeeded,
                   "failed": pc.failed,
                   "timed_out": pc.timed_out, "refused": pc.refused, "scans": pc.scans,
-                  "explained": pc.explained, "rows_found": pc.rows_found,
+                  "explained": pc.explained, "unprepared": pc.unprepared, "rows_found": pc.rows_found,
                   "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
                   "open": self.pool.open, "last_error": self.pool.last_error},
             connections_note=self.slots_reason if self._slots_binding()[0] else None,

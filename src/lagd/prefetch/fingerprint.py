@@ -63,7 +63,14 @@ from typing import Any, Generic, TypeVar
 
 from lagd.prefetch.control import statement_batch, statement_window
 from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
-from lagd.prefetch.rewrite_sql import Probe, StatementRewrite, rewrite_statement_sql, uncommented
+from lagd.prefetch.rewrite_sql import (
+    Probe,
+    StatementRewrite,
+    integer_arguments,
+    padded_size,
+    rewrite_statement_sql,
+    uncommented,
+)
 from lagd.relaylog.events import Statement
 
 log = logging.getLogger(__name__)
@@ -436,10 +443,23 @@ class StatementBatcher:
     def _emit(self, t: Template) -> Probe:
         values = self._waiting.pop(t)
         when = self._times.pop(t, None)
+        rows = sum(values.values())
+        listed = list(values)
+        # Integer values (ids) make a prepared probe (rewrite_sql.integer_arguments), where
+        # its rows are read whole: only a probe narrowed to a byte a row, with its LIMIT.
+        args = integer_arguments(listed, padded_size(len(listed), self.max_keys)) \
+            if t.batch_limit and not t.unit_parts else None
+        if args is not None:
+            limit = f" LIMIT {t.batch_limit * len(args[1])}"
+            sql = self._narrowed(f"{t.batch_head}{args[0]}{t.batch_tail}{limit}", t.one_table, t.schema,
+                                 t.table)
+            if not sql.startswith(_STAR) and "%" not in sql.replace("%s", "").replace("%%", ""):
+                return Probe(sql, args[1], t.schema, t.table, None, rows, "statement", covering=False,
+                             source_time=when, plan=t.plan)
         limit = f" LIMIT {t.batch_limit * len(values)}" if t.batch_limit else ""
-        sql = self._narrowed(f"{t.batch_head}{t.batch_sep.join(values)}{t.batch_tail}{limit}",
+        sql = self._narrowed(f"{t.batch_head}{t.batch_sep.join(listed)}{t.batch_tail}{limit}",
                              t.one_table, t.schema, t.table)
-        return Probe(sql, (), t.schema, t.table, None, sum(values.values()), "statement", covering=False,
+        return Probe(sql, (), t.schema, t.table, None, rows, "statement", covering=False,
                      source_time=when, plan=t.plan)
 
     def _narrowed(self, sql: str, one_table: bool, schema: str, table: str) -> str:

@@ -43,7 +43,6 @@ clause, an executable comment, an unqualified table without a default database.
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 from collections import Counter
@@ -61,6 +60,7 @@ from lagd.prefetch.rewrite_sql import (
     StatementRewrite,
     converted,
     document_select,
+    integer_arguments,
     padded_size,
     quote_ident,
 )
@@ -653,53 +653,13 @@ class InsertBatcher:
         batch.values = {}
         self._waiting.pop(batch, None)
         n = len(values)
-        sql, params = prepared(batch.head, values, padded_size(n, self.max_keys))
-        return Probe(sql, params, batch.schema, batch.table, batch.index, n, "statement", upsert=batch.upsert)
-
-
-def prepared(head: str, values: list[str], size: int) -> tuple[str, tuple[int, ...]]:
-    """A batch's probe: its text and arguments.
-
-    Entries of integers alone (ids, the common key) become a prepared probe, as row probes
-    are: the values its arguments, the list padded to ``size`` with the last entry
-    (rewrite_sql.padded_size: a few texts an index, for the connections' caches of prepared
-    statements). The same probe as a plain query cost the client 20-30 µs more
-    (``bench_drivers --drivers lagd-pool+lagd-loop,lagd-pool+text``): the text protocol's
-    rows, and a text checked at every probe (pool.refuse_reason) where a prepared one is
-    checked once. Any other entry (a string, a decimal, a number no 64-bit argument
-    holds) keeps the batch a plain query with its literals in the text, as written.
-    """
-    text = ", ".join(values)
-    plain = (f"{head}{text})", ())
-    width = values[0].count(", ") + 1 if values[0][:1] == "(" else 0  # (a, b): a key of several columns
-    # One match over the whole list (8 µs a 16-entry batch matched entry by entry).
-    if not text.isascii() or _integer_list(width).fullmatch(text) is None:  # int() also reads "٣"
-        return plain
-    nums = list(map(int, (text.replace("(", "").replace(")", "") if width else text).split(", ")))
-    if min(nums) < _ARG_MIN or max(nums) > _ARG_MAX:
-        return plain
-    size = max(size, len(values))
-    nums += nums[-max(width, 1):] * (size - len(values))
-    return f"{head}{_placeholders(width, size)})", tuple(nums)
-
-
-@functools.cache
-def _placeholders(width: int, size: int) -> str:
-    one = f"({', '.join(['%s'] * width)})" if width else "%s"
-    return ", ".join([one] * size)
-
-
-@functools.cache
-def _integer_list(width: int) -> re.Pattern[str]:
-    """A list of integer literals (width 0), or of parenthesized tuples of ``width`` of them."""
-    one = r"-?\d{1,20}"
-    if width:
-        one = rf"\({one}(?:, {one}){{{width - 1}}}\)"
-    return re.compile(rf"{one}(?:, {one})*")
-
-
-# What the driver sends as a 64-bit integer argument, signed or unsigned.
-_ARG_MIN, _ARG_MAX = -(1 << 63), (1 << 64) - 1
+        # Integer entries (ids, the common key) are a prepared probe: integer_arguments.
+        args = integer_arguments(values, padded_size(n, self.max_keys))
+        if args is None:
+            return Probe(f"{batch.head}{', '.join(values)})", (), batch.schema, batch.table, batch.index,
+                         n, "statement", upsert=batch.upsert)
+        return Probe(f"{batch.head}{args[0]})", args[1], batch.schema, batch.table, batch.index, n,
+                     "statement", upsert=batch.upsert)
 
 
 # A batch of a plan, the (literal slot, column class) of each column of its entry, and

@@ -17,16 +17,18 @@ The pool also refuses any text that is not a plain SELECT (defence in depth:
 tests/bench/bench_drivers.py (client CPU per probe about half of aiomysql's
 and of PyMySQL in threads).
 
-Row probes (those with parameters) run as server-side prepared statements,
-asyncmy's statement cache of ``PREPARED_PER_CONNECTION`` texts a connection:
-no escaping in lagd, no parse in the server, which shares the replica's
-cores with the SQL thread (bench_drivers, 16-key probes: client CPU 57 -> 40
-µs a probe, the server's 123 -> 100). Statement probes carry their values in
-their text, each text a one-off: they stay plain queries, or every probe
-would cost a prepare and a close. Their rows (``SELECT *``, or ISNULL of a
-table's documents, up to ``rewrite_sql.STATEMENT_ROWS``) are counted as they stream in, none kept
-(``_count_rows``), and a statement shape whose plan reads a whole table is not
-probed at all (``lagd.mysql.plan``).
+Probes with parameters (row probes; and statement and INSERT-entry batches of
+integer values, rewrite_sql.integer_arguments) run as server-side prepared
+statements, asyncmy's statement cache of ``PREPARED_PER_CONNECTION`` texts a
+connection: no escaping in lagd, no parse in the server, which shares the
+replica's cores with the SQL thread (bench_drivers, 16-key probes: client CPU
+57 -> 40 µs a probe, the server's 123 -> 100). Only the texts most used lately
+do, as many as a connection keeps (HotTexts); past that every probe would
+prepare its text again. Other statement probes carry their values in their
+text, each text a one-off: they stay plain queries. Their rows (``SELECT *``,
+or ISNULL of a table's documents, up to ``rewrite_sql.STATEMENT_ROWS``) are
+counted as they stream in, none kept (``_count_rows``), and a statement shape
+whose plan reads a whole table is not probed at all (``lagd.mysql.plan``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import asyncio
 import logging
 import re
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -123,6 +126,7 @@ class PoolCounters:
     refused: int = 0
     scans: int = 0  # statement probes not sent: their shape's plan reads a whole table
     explained: int = 0  # statement shapes explained
+    unprepared: int = 0  # probes with arguments sent as plain queries (HotTexts)
     rows_found: int = 0
     latency_sum: float = 0.0
     reconnects: int = 0
@@ -152,6 +156,45 @@ WATCH_EVERY = 0.25
 # index to about five probe texts, so a few tables' worth stays cached.
 PREPARED_PER_CONNECTION = 32
 
+# How many probes the uses of each text are counted over before the texts that run
+# prepared are chosen again (HotTexts).
+HOT_WINDOW = 4096
+
+
+class HotTexts:
+    """Which probe texts with arguments run prepared: the most used lately, as many as a
+    connection keeps.
+
+    Each connection keeps PREPARED_PER_CONNECTION statements, least recently used going.
+    Past that many texts in turn (a workload over many tables and indexes, five texts an
+    index: rewrite_sql.padded_size) every probe would prepare its text again and close
+    another: a round trip and a parse more than a plain query. So the texts most used over
+    the last HOT_WINDOW probes run prepared, up to that many (the first ones as they come),
+    and the others as plain queries with their arguments written in by the driver, as
+    before prepared statements. Pure: counts in, a verdict out.
+    """
+
+    def __init__(self, most: int = PREPARED_PER_CONNECTION, window: int = HOT_WINDOW) -> None:
+        self.most, self.window = most, window
+        self._hot: set[str] = set()
+        self._uses: Counter[str] = Counter()
+        self._counted = 0
+
+    def prepared(self, sql: str) -> bool:
+        self._uses[sql] += 1
+        self._counted += 1
+        if self._counted >= self.window:
+            self._hot = {text for text, _ in self._uses.most_common(self.most)}
+            self._uses.clear()
+            self._counted = 0
+        if sql in self._hot:
+            return True
+        if len(self._hot) < self.most:
+            self._hot.add(sql)
+            return True
+        return False
+
+
 Connect = Callable[..., Awaitable[Any]]
 Done = Callable[[Any, Any, Outcome], None]  # (probe, tag, outcome)
 
@@ -173,6 +216,7 @@ class ProbePool:
         self._overdue: set[int] = set()  # workers the watchdog cancelled for their deadline
         self._watchdog: asyncio.Task[None] | None = None
         self._approved: set[str] = set()
+        self._hot = HotTexts()
         self._mariadb = mariadb
         # shape (Probe.plan) -> (why it is not probed or None, when explained: time.monotonic)
         self._plans: dict[str, tuple[str | None, float]] = {}
@@ -345,7 +389,9 @@ class ProbePool:
         failure raises as the probe's own would (a lost session, a timeout, a table a DDL
         has not made yet), and the shape is explained again next time."""
         try:
-            await cur.execute(explain_sql(probe.sql.replace("%%", "%"), self._mariadb))
+            # A prepared probe's arguments in its text, as the driver writes them (mogrify).
+            text = cur.mogrify(probe.sql, probe.params) if probe.params else probe.sql.replace("%%", "%")
+            await cur.execute(explain_sql(text, self._mariadb))
             columns = [d[0] for d in cur.description or ()]
             why = full_scan(columns, await cur.fetchall())
         except Exception as e:
@@ -411,7 +457,11 @@ class ProbePool:
                             scan = await self._plan(cur, probe, key)
                         if scan is None:  # else not sent (answered below)
                             if probe.params:
-                                await cur.execute(probe.sql, probe.params)  # prepared (module doc)
+                                if self._hot.prepared(probe.sql):
+                                    await cur.execute(probe.sql, probe.params)  # prepared (module doc)
+                                else:  # a plain query: HotTexts
+                                    self.counters.unprepared += 1
+                                    await cur.execute(cur.mogrify(probe.sql, probe.params))
                                 found = len(await cur.fetchall())
                             else:  # no arguments: asyncmy neither prepares nor formats the text
                                 found = await _count_rows(rows_of, probe.sql.replace("%%", "%"))

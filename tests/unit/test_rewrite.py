@@ -824,3 +824,11 @@ def test_a_probe_of_rows_with_large_documents_reads_at_most_probe_pages() -> Non
 def test_integer_values_are_a_prepared_probes_arguments(values: list[str], size: int,
                                                         got: tuple[str, tuple[int, ...]] | None) -> None:
     assert integer_arguments(values, size) == got
+
+
+def test_integer_values_the_caller_checked_are_not_matched_again() -> None:
+    # An INSERT's entries of an index of integer columns: inserts._fits checked each literal.
+    assert integer_arguments(["1", "-2", "3"], 4, integers=True) == ("%s, %s, %s, %s", (1, -2, 3, 3))
+    assert integer_arguments(["(1, 2)"], 1, integers=True) == ("(%s, %s)", (1, 2))
+    assert integer_arguments(["\u0663"], 1, integers=True) is None  # still ASCII digits only
+    assert integer_arguments(["18446744073709551616"], 1, integers=True) is None  # still 64 bits

@@ -62,7 +62,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
 from lagd.prefetch.control import statement_batch, statement_window
-from lagd.prefetch.inserts import InsertBatcher, TableKeys, Tables, is_insert
+from lagd.prefetch.inserts import InsertBatcher, InsertShape, TableKeys, Tables, is_insert
 from lagd.prefetch.rewrite_sql import (
     Probe,
     StatementRewrite,
@@ -364,8 +364,9 @@ class StatementBatcher:
         key = (shape, stmt.schema)
         t = self._templates.get(key)
         if t is None:  # an INSERT shape never has a template: the test waits until here
-            if is_insert(shape):
-                return self._insert(key, lits, strs, stmt)
+            known = self.inserts.known(key)  # a dict lookup before the verb's regular expression
+            if known is not None or is_insert(shape):
+                return self._insert(key, lits, strs, stmt, known)
             if self._first_seen(key):
                 return self._direct(stmt, _plan_key(key))
             self.stats["shapes"] += 1
@@ -426,8 +427,8 @@ class StatementBatcher:
         return True
 
     def _insert(self, key: tuple[str, str | None], lits: tuple[str, ...], strs: tuple[bool, ...],
-                stmt: Statement) -> tuple[list[Probe], StatementRewrite | None]:
-        shape = self.inserts.known(key)
+                stmt: Statement, shape: InsertShape | StatementRewrite | None
+                ) -> tuple[list[Probe], StatementRewrite | None]:
         if shape is None:
             if self._first_seen(key):
                 return [], _INSERT_ONCE

@@ -471,14 +471,16 @@ class Tables(Protocol):
 class _Entries:
     """One index's new entries waiting for their probe (a dict key by identity)."""
 
-    __slots__ = ("head", "index", "parent", "schema", "table", "upsert", "values")
+    __slots__ = ("head", "index", "integers", "parent", "schema", "table", "upsert", "values")
 
     def __init__(self, schema: str, table: str, ix: KeyIndex, parent: bool, upsert: bool = False,
-                 select: str = "1") -> None:
+                 select: str = "1", integers: bool = False) -> None:
         self.head = probe_head(schema, table, ix, select).replace("%", "%%")
         self.schema, self.table, self.index = schema, table, ix.name
         self.parent = parent  # a foreign key's check, in its parent
         self.upsert = upsert  # upserts' primary-key entries: what they find tells whether rows exist
+        # Every column of the index is an integer one: each literal was checked as one (_fits).
+        self.integers = integers
         self.values: dict[str, None] = {}
 
 
@@ -639,9 +641,11 @@ class InsertBatcher:
             select = keys.select if (sets is not None or shape.replaces) and not parent \
                 and ix.unique and ix.name != "PRIMARY" else "1"
             key = (schema, table, ix, parent, upsert, select)
+            integers = all(cls == "int" or cls[0] in "@^" for _, cls in parts)
             batch = self._batches.get(key)
             if batch is None:
-                batch = self._batches[key] = _Entries(schema, table, ix, parent, upsert, select)
+                batch = self._batches[key] = _Entries(schema, table, ix, parent, upsert, select, integers)
+            batch.integers = batch.integers and integers
             steps.append((batch, parts, read))
         return tuple(steps), buffered
 
@@ -654,7 +658,7 @@ class InsertBatcher:
         self._waiting.pop(batch, None)
         n = len(values)
         # Integer entries (ids, the common key) are a prepared probe: integer_arguments.
-        args = integer_arguments(values, padded_size(n, self.max_keys))
+        args = integer_arguments(values, padded_size(n, self.max_keys), batch.integers)
         if args is None:
             return Probe(f"{batch.head}{', '.join(values)})", (), batch.schema, batch.table, batch.index,
                          n, "statement", upsert=batch.upsert)

@@ -68,7 +68,7 @@ class Daemon:
                 pass
             time.sleep(0.2)
         raise AssertionError(f"condition not met in {timeout} s; last status lag: {last.get('lag')}\n"
-                             f"log: {self.log.read_text()[-3000:]}")
+                             f"health: {last.get('health')}\nlog: {self.log.read_text()[-3000:]}")
 
 
 @contextmanager

@@ -170,22 +170,8 @@ def test_probe_pool_prepares_row_probes_and_keeps_statement_probes_text(sandbox:
               # the server-side timeout holds for a prepared probe too
               _Probe(f"SELECT SLEEP(%s) FROM `{schema}`.t WHERE id IN (%s)", (3, 1))]
 
-    async def main() -> list[tuple[str, int]]:
-        done: list[tuple[str, int]] = []
-        pool = ProbePool(endpoint(sandbox).async_connect(), mariadb=True, size=1, timeout_ms=500,
-                         on_done=lambda _p, _t, o: done.append((o.status, o.rows)), queue_limit=16)
-        pool.start()
-        try:
-            for p in probes:
-                assert pool.submit(p)
-            while len(done) < len(probes):
-                await asyncio.sleep(0.05)
-        finally:
-            await pool.close()
-        return done
-
     before = status()
-    done = asyncio.run(main())
+    done, _ = asyncio.run(_run_probes(sandbox, probes, 500))
     after = status()
     assert done[:4] == [("ok", 2), ("ok", 2), ("ok", 1), ("ok", 2)], done
     assert done[4][0] == "timeout", done
@@ -211,25 +197,29 @@ def test_probe_pool_sends_texts_past_its_hot_ones_as_plain_queries(sandbox: Sand
     probes = [_Probe(hot, (1, 2)), _Probe(cold, (2, 18446744073709551615)), _Probe(cold, (3, 1)),
               _Probe(hot, (18446744073709551615, -1))]
 
-    async def main() -> tuple[list[tuple[str, int]], int]:
-        done: list[tuple[str, int]] = []
-        pool = ProbePool(endpoint(sandbox).async_connect(), mariadb=True, size=1, timeout_ms=2000,
-                         on_done=lambda _p, _t, o: done.append((o.status, o.rows)), queue_limit=16)
-        pool._hot = HotTexts(most=1)  # one text hot: the first
-        pool.start()
-        try:
-            for p in probes:
-                assert pool.submit(p)
-            while len(done) < len(probes):
-                await asyncio.sleep(0.05)
-        finally:
-            await pool.close()
-        return done, pool.counters.unprepared
-
     before = prepares()
-    done, unprepared = asyncio.run(main())
+    done, pool = asyncio.run(_run_probes(sandbox, probes, 2000, HotTexts(most=1)))  # the first text hot
     assert done == [("ok", 2), ("ok", 2), ("ok", 1), ("ok", 1)], done
-    assert unprepared == 2 and prepares() - before == 1
+    assert pool.counters.unprepared == 2 and prepares() - before == 1
+
+
+async def _run_probes(sandbox: Sandbox, probes: list[_Probe], timeout_ms: int,
+                      hot: HotTexts | None = None) -> tuple[list[tuple[str, int]], ProbePool]:
+    """``probes`` through a one-session pool, in order: each one's (status, rows)."""
+    done: list[tuple[str, int]] = []
+    pool = ProbePool(endpoint(sandbox).async_connect(), mariadb=True, size=1, timeout_ms=timeout_ms,
+                     on_done=lambda _p, _t, o: done.append((o.status, o.rows)), queue_limit=16)
+    if hot is not None:
+        pool._hot = hot
+    pool.start()
+    try:
+        for p in probes:
+            assert pool.submit(p)
+        while len(done) < len(probes):
+            await asyncio.sleep(0.05)
+    finally:
+        await pool.close()
+    return done, pool
 
 
 def _local_socket(e: Endpoint, **instead: Any) -> tuple[Endpoint | None, str]:

@@ -539,3 +539,18 @@ def test_a_batch_of_integer_values_narrowed_to_a_byte_a_row_is_a_prepared_probe(
     assert probes("UPDATE t SET c = 2 WHERE id = 1.5",
                   "UPDATE t SET c = 2 WHERE id = 99999999999999999999") == [
         ("SELECT ISNULL(`c`) FROM `s`.t WHERE id IN (1.5, 99999999999999999999) LIMIT 512", (), 2)]
+
+
+def test_a_percent_sign_in_a_narrowed_columns_name_is_escaped_for_the_driver() -> None:
+    keys = TableKeys(("id", "a%s"), (None,) * 2, (), frozenset({"id"}), (), "ISNULL(`a%s`)")
+    known = {("s", "t"): keys}
+    tables = SimpleNamespace(seen=lambda *a: None, described=lambda s, t: known.get((s, t)),
+                             wants=lambda s: True)
+    b = StatementBatcher(2, tables=tables)  # type: ignore[arg-type]
+    b.add(Statement("s", "UPDATE t SET c = 0 WHERE id = 0", 0, 0))
+    out = [p for sql in ("UPDATE t SET c = 1 WHERE id = 1", "UPDATE t SET c = 2 WHERE id = 2")
+           for p in b.add(Statement("s", sql, 0, 0))[0]]
+    assert [p.sql % p.params for p in out] == ["SELECT ISNULL(`a%s`) FROM `s`.t WHERE id IN (1, 2) LIMIT 512"]
+    first = b.add(Statement("s", "DELETE FROM t WHERE id = 3", 0, 0))[0]  # direct: a text probe
+    assert [p.sql.replace("%%", "%") for p in first] == [
+        "SELECT ISNULL(`a%s`) FROM `s`.t WHERE id = 3 LIMIT 256"]

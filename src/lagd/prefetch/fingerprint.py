@@ -454,7 +454,7 @@ class StatementBatcher:
             limit = f" LIMIT {t.batch_limit * len(args[1])}"
             sql = self._narrowed(f"{t.batch_head}{args[0]}{t.batch_tail}{limit}", t.one_table, t.schema,
                                  t.table)
-            if not sql.startswith(_STAR) and "%" not in sql.replace("%s", "").replace("%%", ""):
+            if not sql.startswith(_STAR):
                 return Probe(sql, args[1], t.schema, t.table, None, rows, "statement", covering=False,
                              source_time=when, plan=t.plan)
         limit = f" LIMIT {t.batch_limit * len(values)}" if t.batch_limit else ""
@@ -473,7 +473,8 @@ class StatementBatcher:
         keys = self.tables.described(schema, table)
         if keys is None or keys.select == "*":
             return sql
-        return f"SELECT {keys.select} FROM {sql[len(_STAR):]}"
+        # The probe's text is a format for the driver (Probe): a % of a column's name is doubled.
+        return f"SELECT {keys.select.replace('%', '%%')} FROM {sql[len(_STAR):]}"
 
     def _direct(self, stmt: Statement, plan: str | None = None
                 ) -> tuple[list[Probe], StatementRewrite | None]:

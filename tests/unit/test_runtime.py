@@ -461,6 +461,37 @@ async def test_a_failing_prefetcher_is_closed_and_built_again(caplog: pytest.Log
     await stop_within_budget(rt)
 
 
+@pytest.mark.asyncio
+async def test_a_prefetcher_that_lost_its_cancellation_does_not_hold_the_relay_log_loop() -> None:
+    """The look-ahead reader fails and its loop cancels the prefetcher, which loses that
+    cancellation (Python 3.11's asyncio.wait_for can): the loop cancels it again and
+    builds the reader anew, and the backlog is known again."""
+    rt, f = runtime(settings(prefetch={"enabled": True}))
+    rt.relay_retry = 0.02
+    lost: list[int] = []
+
+    class Stubborn(FakePrefetcher):
+        async def run(self, stop: asyncio.Event) -> None:
+            try:
+                await stop.wait()
+            except asyncio.CancelledError:
+                lost.append(1)
+            await stop.wait()
+
+    async def make(p: PrefetchSettings, index: Path, mariadb: bool) -> Prefetcher:
+        return Stubborn(p)
+
+    rt.parts.prefetch = make
+    await running(rt)
+    await until(rt._backlog_known, "the backlog known")
+    f.relay.read_fail = RelayLogError("relay-bin.000002 at 672: the file ended inside an event")
+    await until(lambda: f.relay.locates >= 2, "the reader built anew")
+    f.relay.read_fail = None
+    await until(lambda: rt._backlog_known() and rt.health["relay_log"].up, "the reader back")
+    assert lost
+    await stop_within_budget(rt)
+
+
 def test_fakes_are_not_a_database() -> None:
     # The runtime module itself talks to nothing: no driver, no files.
     import lagd.daemon.runtime as mod  # noqa: PLC0415

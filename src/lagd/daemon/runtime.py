@@ -38,6 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from lagd import __version__
 from lagd.advisor.runtime import AdvisorRuntime
+from lagd.aio import cancel_and_wait
 from lagd.backlog import Backlog
 from lagd.config import PrefetchSettings, Settings
 from lagd.daemon.collect import HeartbeatSource, ReplicaReading, StatusMonitor, collect
@@ -333,9 +334,7 @@ class Runtime:
     async def stop(self) -> None:
         """Stop every task; returns promptly whatever the server does (nothing here waits on it)."""
         self._stop.set()
-        for t in self._tasks.values():
-            t.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await cancel_and_wait(self._tasks.values())
         self._tasks = {}
         if self.parts.stall is not None:
             self.parts.stall.stop()
@@ -356,8 +355,7 @@ class Runtime:
         """Start the look-ahead reader and the prefetcher afresh (a reload changed how they are made)."""
         old = self._tasks.pop("relay", None)
         if old is not None:
-            old.cancel()
-            await asyncio.gather(old, return_exceptions=True)
+            await cancel_and_wait([old])
         if not self._stop.is_set():
             self._tasks["relay"] = asyncio.create_task(self._relay_loop(), name="relay")
 
@@ -605,10 +603,7 @@ class Runtime:
             if tail.done():
                 tail.result()  # raises what ended it
         finally:
-            stop.cancel()
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(stop, *tasks, return_exceptions=True)
+            await cancel_and_wait([stop, *tasks])
 
     async def _tail(self, reader: RelayReader) -> None:
         h = self.health["relay_log"]

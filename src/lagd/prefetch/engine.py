@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from lagd.aio import cancel_and_wait
 from lagd.lag_rates import DecayingRate
 from lagd.mysql import changebuf
 from lagd.mysql.errors import CONNECTION_KINDS, Kind, kind_of
@@ -952,8 +953,7 @@ class PrefetchEngine:
                 else:
                     await asyncio.sleep(0)
         finally:
-            poller.cancel()
-            await asyncio.gather(poller, return_exceptions=True)
+            await cancel_and_wait([poller])
             if self.stall is not None and self._stall_own:
                 self.stall.stop()
             # The reader (its file, its information_schema session) is closed

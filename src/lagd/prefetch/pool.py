@@ -42,6 +42,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from lagd.aio import cancel_and_wait
 from lagd.mysql.backoff import backoff_delay
 from lagd.mysql.endpoint import hardening_sql, streaming_cursor
 from lagd.mysql.errors import ER_LOCK_WAIT_TIMEOUT, DatabaseError, Kind, is_database_error, translate
@@ -315,9 +316,7 @@ class ProbePool:
 
     @staticmethod
     async def _cancel(workers: list[asyncio.Task[None]]) -> None:
-        for t in workers:
-            t.cancel()
-        await asyncio.gather(*workers, return_exceptions=True)
+        await cancel_and_wait(workers)
 
     async def open_session(self) -> Any:
         """One probe session, set up as the module doc says (no deadline: the caller's)."""

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from lagd.aio import cancel_and_wait
+
+
+async def _stubborn(stop: asyncio.Event, lost: list[int]) -> None:
+    """Loses its first cancellation, as a task inside Python 3.11's asyncio.wait_for can."""
+    try:
+        await stop.wait()
+    except asyncio.CancelledError:
+        lost.append(1)
+    await stop.wait()
+
+
+@pytest.mark.asyncio
+async def test_a_task_that_lost_its_cancellation_is_cancelled_again(caplog: pytest.LogCaptureFixture) -> None:
+    stop, lost = asyncio.Event(), []
+    stubborn = asyncio.create_task(_stubborn(stop, lost), name="stubborn")
+    plain = asyncio.create_task(stop.wait(), name="plain")
+    await asyncio.sleep(0)
+    caplog.set_level(logging.WARNING, logger="lagd")
+    await asyncio.wait_for(cancel_and_wait([stubborn, plain], again=0.01), 5)
+    assert lost == [1] and stubborn.cancelled() and plain.cancelled()
+    assert [r.getMessage() for r in caplog.records] == [
+        "stubborn did not end when cancelled (a lost cancellation): cancelling again"]
+
+
+@pytest.mark.asyncio
+async def test_what_the_tasks_raised_is_taken_and_ended_ones_are_left_alone() -> None:
+    async def fails() -> None:
+        raise RuntimeError("boom")
+
+    failed = asyncio.create_task(fails())
+    done = asyncio.create_task(asyncio.sleep(0))
+    await asyncio.sleep(0.01)
+    await cancel_and_wait([failed, done])  # no "exception was never retrieved" later
+    assert isinstance(failed.exception(), RuntimeError) and done.result() is None
+    await cancel_and_wait([])

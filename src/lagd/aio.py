@@ -9,8 +9,10 @@ from typing import Any
 
 log = logging.getLogger("lagd")
 
-# Seconds a cancelled task gets to end before it is cancelled again.
-CANCEL_AGAIN = 1.0
+# Seconds a cancelled task gets to end before it is cancelled again: past the clean-ups
+# that await on cancellation (a prefetcher's close is bounded at 1 s), which a second
+# cancellation would cut short.
+CANCEL_AGAIN = 5.0
 
 
 async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], again: float = CANCEL_AGAIN) -> None:
@@ -32,8 +34,9 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], again: float = C
         _, pending = await asyncio.wait(pending, timeout=again)
         if pending and not said:
             said = True
-            log.warning("%s did not end when cancelled (a lost cancellation): cancelling again",
-                        ", ".join(sorted(getattr(t, "get_name", lambda: "a task")() for t in pending)))
+            log.warning("%s did not end within %g s of being cancelled (a lost cancellation, or a slow"
+                        " clean-up): cancelling again", ", ".join(sorted(
+                            getattr(t, "get_name", lambda: "a task")() for t in pending)), again)
     for t in tasks:
         if not t.cancelled():
             t.exception()

@@ -467,7 +467,7 @@ async def test_a_prefetcher_that_lost_its_cancellation_does_not_hold_the_relay_l
     cancellation (Python 3.11's asyncio.wait_for can): the loop cancels it again and
     builds the reader anew, and the backlog is known again."""
     rt, f = runtime(settings(prefetch={"enabled": True}))
-    rt.relay_retry = 0.02
+    rt.relay_retry, rt.cancel_again = 0.02, 0.05
     lost: list[int] = []
 
     class Stubborn(FakePrefetcher):

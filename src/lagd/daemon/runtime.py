@@ -38,7 +38,7 @@ from typing import Any, Protocol, TypeVar
 
 from lagd import __version__
 from lagd.advisor.runtime import AdvisorRuntime
-from lagd.aio import cancel_and_wait
+from lagd.aio import CANCEL_AGAIN, cancel_and_wait
 from lagd.backlog import Backlog
 from lagd.config import PrefetchSettings, Settings
 from lagd.daemon.collect import HeartbeatSource, ReplicaReading, StatusMonitor, collect
@@ -292,6 +292,7 @@ class Runtime:
         self.tracker = LagTracker(stale_after=settings.lag.stale_after, rate_time_constant=10.0)
         self.poll_timeout = poll_timeout(settings)
         self.relay_retry, self.advisor_every = RELAY_RETRY, ADVISOR_EVERY
+        self.cancel_again = CANCEL_AGAIN  # aio.cancel_and_wait
         self.backlog = Backlog()
         self.advisor = parts.advisor
         self.reading: ReplicaReading | None = None
@@ -334,7 +335,7 @@ class Runtime:
     async def stop(self) -> None:
         """Stop every task; returns promptly whatever the server does (nothing here waits on it)."""
         self._stop.set()
-        await cancel_and_wait(self._tasks.values())
+        await cancel_and_wait(self._tasks.values(), self.cancel_again)
         self._tasks = {}
         if self.parts.stall is not None:
             self.parts.stall.stop()
@@ -355,7 +356,7 @@ class Runtime:
         """Start the look-ahead reader and the prefetcher afresh (a reload changed how they are made)."""
         old = self._tasks.pop("relay", None)
         if old is not None:
-            await cancel_and_wait([old])
+            await cancel_and_wait([old], self.cancel_again)
         if not self._stop.is_set():
             self._tasks["relay"] = asyncio.create_task(self._relay_loop(), name="relay")
 
@@ -603,7 +604,7 @@ class Runtime:
             if tail.done():
                 tail.result()  # raises what ended it
         finally:
-            await cancel_and_wait([stop, *tasks])
+            await cancel_and_wait([stop, *tasks], self.cancel_again)
 
     async def _tail(self, reader: RelayReader) -> None:
         h = self.health["relay_log"]

@@ -271,8 +271,8 @@ def test_hot_texts_under_the_cache_size_all_run_prepared() -> None:
 
 def test_hot_texts_over_the_cache_size_keep_it_to_the_most_used() -> None:
     hot = HotTexts(most=4, window=100)
-    # 4 hot texts used 20 times a window, 40 cold ones once: after the first window
-    # only the hot ones run prepared.
+    # In every 60 probes 4 hot texts 5 times each, 40 cold ones once: after the first
+    # window only the hot ones run prepared.
     for _ in range(3):
         for i in range(40):
             hot.prepared(f"cold {i}")

@@ -53,9 +53,5 @@ def schema(sandbox: Sandbox, request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 def sql_thread_stopped(sandbox: Sandbox) -> Iterator[Sandbox]:
     """Replica 0's SQL thread is stopped for the test, then restarted and caught up."""
-    sandbox.stop_sql_thread()
-    try:
+    with sandbox.sql_thread_stopped():
         yield sandbox
-    finally:
-        sandbox.start_sql_thread()
-        sandbox.wait_caught_up(timeout=60)

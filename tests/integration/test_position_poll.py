@@ -43,8 +43,7 @@ def _applied(sb: Sandbox, end: TransactionEnd, timeout: float = 30.0) -> dict[st
 def test_a_gtid_applied_places_the_sql_thread_at_its_transactions_end(sandbox: Sandbox, schema: str) -> None:
     sandbox.source.query("CREATE TABLE t (id INT PRIMARY KEY, v INT)", db=schema)
     sandbox.wait_caught_up(timeout=60)
-    sandbox.stop_sql_thread()
-    try:
+    with sandbox.sql_thread_stopped():
         start = sql_position(sandbox)
         for i in range(1, 13):
             sandbox.source.query(f"INSERT INTO t VALUES ({i}, {i})", db=schema)
@@ -65,9 +64,6 @@ def test_a_gtid_applied_places_the_sql_thread_at_its_transactions_end(sandbox: S
             assert (st["Relay_Log_File"], int(st["Relay_Log_Pos"])) == (end.relay_file, end.relay_offset)
             source = (st["Relay_Master_Log_File"], int(st["Exec_Master_Log_Pos"]))
             assert source == (end.source_file, end.source_pos)
-    finally:
-        sandbox.start_sql_thread()
-        sandbox.wait_caught_up(timeout=60)
 
 
 def test_the_engine_follows_the_sql_thread_by_position_polls_in_order(sandbox: Sandbox, schema: str) -> None:
@@ -89,9 +85,8 @@ def _follow_in_order(sb: Sandbox, schema: str) -> None:
     sb.source.query("CREATE TABLE t (id INT PRIMARY KEY, c INT NOT NULL)", db=schema)
     sb.source.query("INSERT INTO t SELECT seq, 0 FROM seq_1_to_3000", db=schema)
     sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
     seen: list[tuple[str, tuple[str, int]]] = []
-    try:
+    with sb.sql_thread_stopped():
         write(sb, schema, "ROW", [f"UPDATE t SET c = c + 1 WHERE id = {i}" for i in range(1, 3001)],
               per_trx=1)
         wait_received(sb)
@@ -124,9 +119,6 @@ def _follow_in_order(sb: Sandbox, schema: str) -> None:
 
         engine = asyncio.run(run_held(sb, schema, "SELECT * FROM t WHERE id = 1 FOR UPDATE", opts, 4 << 30,
                                       watch, lambda e: e.counters.transactions >= 2900))
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
     placed = {pos for kind, pos in seen if kind == "position"}
     assert engine.counters.position_polls > 0 and placed, (engine.counters, sorted(placed), len(seen))
     keys = [pos for _, pos in seen]

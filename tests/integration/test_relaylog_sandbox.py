@@ -123,8 +123,7 @@ def test_reader_yields_exactly_the_row_changes_made(sandbox: Sandbox, schema: st
     for stmt in SCHEMA_SQL:
         sandbox.source.query(stmt, db=schema)
     sandbox.wait_caught_up(timeout=60)
-    sandbox.stop_sql_thread()
-    try:
+    with sandbox.sql_thread_stopped():
         start = sql_position(sandbox)
         expected = []
         for i, (stmt, rows) in enumerate(WORKLOAD):
@@ -178,16 +177,12 @@ def test_reader_yields_exactly_the_row_changes_made(sandbox: Sandbox, schema: st
         assert sql_position(sandbox) == ends[-1].position.relay or \
             sql_position(sandbox).sequence > ends[-1].position.relay.sequence
         reader.close()
-    finally:
-        sandbox.start_sql_thread()
-        sandbox.wait_caught_up(timeout=60)
 
 
 def test_reader_resyncs_when_its_relay_log_is_purged(sandbox: Sandbox, schema: str) -> None:
     sandbox.source.query("CREATE TABLE t (id INT PRIMARY KEY, v INT)", db=schema)
     sandbox.wait_caught_up(timeout=60)
-    sandbox.stop_sql_thread()
-    try:
+    with sandbox.sql_thread_stopped():
         start = sql_position(sandbox)
         for batch in range(5):
             values = ",".join(f"({batch * 100 + i}, {i})" for i in range(100))
@@ -208,9 +203,6 @@ def test_reader_resyncs_when_its_relay_log_is_purged(sandbox: Sandbox, schema: s
         assert resyncs and resyncs[0].from_file == start.file
         assert reader.stats.resyncs >= 1
         assert reader.position >= resyncs[-1].to
-    finally:
-        sandbox.start_sql_thread()
-        sandbox.wait_caught_up(timeout=60)
 
 
 @pytest.mark.parametrize("chunk", [512, 1 << 20])
@@ -218,8 +210,7 @@ def test_small_chunks_give_the_same_events(sandbox: Sandbox, schema: str, chunk:
     """Events cut across read chunks (a tailing reader's normal case) decode the same."""
     sandbox.source.query("CREATE TABLE t (id INT PRIMARY KEY, c CHAR(200))", db=schema)
     sandbox.wait_caught_up(timeout=60)
-    sandbox.stop_sql_thread()
-    try:
+    with sandbox.sql_thread_stopped():
         start = sql_position(sandbox)
         values = ",".join(f"({i}, REPEAT('x', {i % 200}))" for i in range(300))
         sandbox.source.query(f"INSERT INTO t VALUES {values}", db=schema)
@@ -230,6 +221,3 @@ def test_small_chunks_give_the_same_events(sandbox: Sandbox, schema: str, chunk:
         rows = [e for e in read_all(reader) if isinstance(e, RowChange)]
         assert [e.key for e in rows] == [(i,) for i in range(300)] + [(i,) for i in range(0, 300, 3)]
         reader.close()
-    finally:
-        sandbox.start_sql_thread()
-        sandbox.wait_caught_up(timeout=60)

@@ -22,6 +22,8 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -327,6 +329,17 @@ class Sandbox:
 
     def start_sql_thread(self, replica: int = 0) -> None:
         self._control(replica, "START SLAVE SQL_THREAD", None, True)
+
+    @contextmanager
+    def sql_thread_stopped(self, replica: int = 0, timeout: float = 60.0) -> Iterator[None]:
+        """The SQL thread stopped for the block (a backlog builds behind it), then started
+        and the replicas caught up, however the block ends."""
+        self.stop_sql_thread(replica)
+        try:
+            yield
+        finally:
+            self.start_sql_thread(replica)
+            self.wait_caught_up(timeout=timeout)
 
     def stop_io_thread(self, replica: int = 0) -> None:
         self._control(replica, "STOP SLAVE IO_THREAD", False, None)

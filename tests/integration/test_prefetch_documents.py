@@ -24,7 +24,7 @@ from typing import Any
 from lagd.prefetch.service import PrefetchOptions
 from lagd.sandbox.pair import Sandbox
 from tests.integration.engine_util import run_held
-from tests.integration.test_prefetch_statements import write
+from tests.integration.test_prefetch_statements import sent, write
 from tests.integration.test_relaylog_sandbox import wait_received
 
 ROWS = 300
@@ -179,8 +179,7 @@ def test_statement_probes_of_a_document_table_read_the_documents_and_send_a_byte
         sb.start_sql_thread()
         sb.wait_caught_up(timeout=60)
     # A prepared probe's arguments (a batch of integer ids) in their places.
-    mine = [p.sql % p.params if p.params else p.sql
-            for p in probes if p.schema == schema and p.kind == "statement"]
+    mine = [sent(p) for p in probes if p.schema == schema and p.kind == "statement"]
     print("prefetch:", snap.counters, snap.pool, "\n", mine[:3])
     assert mine and snap.pool["failed"] == 0, snap.pool
     narrow = [sql for sql in mine if sql.startswith("SELECT ISNULL(`doc`) FROM")]

@@ -123,7 +123,7 @@ async def _run_engine(sb: Sandbox, schema: str, enough: Callable[[list[Any]], bo
     return probes, engine.snapshot(), (engine.batcher.rows, engine.batcher.moving, engine.batcher.deletes)
 
 
-def _sent(p: Any) -> str:
+def sent(p: Any) -> str:
     """A probe's text as the server gets it: a prepared probe's arguments (integer entries of
     INSERTs: inserts.prepared) in their places."""
     return str(p.sql % p.params) if p.params else str(p.sql)
@@ -343,7 +343,7 @@ def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandb
     probes, snap = _probed(sb, schema, ["UPDATE t SET c = c + 1 WHERE id = 1", *existing, *new], "MIXED",
                            per_trx=20, enough=lambda probes: any(
                                int(n) > ROWS + 400 for p in probes[-4:]
-                               for n in re.findall(r"\d+", _sent(p).split(" IN ")[-1])))
+                               for n in re.findall(r"\d+", sent(p).split(" IN ")[-1])))
     print("prefetch:", snap.counters, snap.pool)
     mine = [p for p in probes if p.schema == schema]
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
@@ -353,7 +353,7 @@ def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandb
     def entries(index: str, new: bool) -> int:
         """The entries probed of existing rows' upserts, or of new rows'."""
         id_of = r", (\d+)\)" if index == "k_1" else r"\d+"  # (k, id) pairs, or ids
-        ids = [(p.rows, [int(n) for n in re.findall(id_of, _sent(p).split(" IN ")[1])])
+        ids = [(p.rows, [int(n) for n in re.findall(id_of, sent(p).split(" IN ")[1])])
                for p in mine if p.index == index]
         return sum(n for n, of in ids if (min(of) > ROWS if new else max(of) <= ROWS))
 
@@ -395,13 +395,13 @@ def test_auto_increment_inserts_probe_the_entries_of_the_ids_the_source_gave(san
     probes, snap = _probed(sb, schema, multi, "MIXED", ("SET SESSION auto_increment_increment = 2",),
                            enough=lambda probes: any(int(i) > multi_from + 500 for p in probes[-4:]
                                                      if p.index == "u_1"
-                                                     for i in re.findall(r", (\d+)\)", _sent(p))))
+                                                     for i in re.findall(r", (\d+)\)", sent(p))))
     print("prefetch:", snap.counters, snap.pool)
     mine = [p for p in probes if p.schema == schema and p.table == "ev"]
     assert snap.pool["failed"] == 0 and snap.pool["refused"] == 0, snap.pool
     assert not [p for p in mine if p.index == "PRIMARY"], "an auto-increment key's new entry is an append"
     probed = {(int(u), int(i)) for p in mine if p.index == "u_1"
-              for u, i in re.findall(r"\((\d+), (\d+)\)", _sent(p).split(" IN ")[1])}
+              for u, i in re.findall(r"\((\d+), (\d+)\)", sent(p).split(" IN ")[1])}
     rows = {(r["u"], r["id"]) for r in sb.source.query("SELECT u, id FROM ev WHERE id > 5000", db=schema)}
     assert probed <= rows, f"probed ids the rows did not get: {sorted(probed - rows)[:5]}"
     assert len({p for p in probed if p[1] <= multi_from}) >= 300

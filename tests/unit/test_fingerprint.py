@@ -7,6 +7,7 @@ import re
 from types import SimpleNamespace
 
 import pytest
+from test_inserts import sent
 from test_rewrite_sql import ACCEPTED, REFUSED
 
 from lagd.prefetch.fingerprint import (
@@ -268,8 +269,7 @@ def test_one_table_probes_of_a_document_table_select_isnull_of_its_documents() -
     b = StatementBatcher(2, tables=tables)  # type: ignore[arg-type]
 
     def sqls(*statements: str) -> list[str]:
-        return [p.sql % p.params if p.params else p.sql
-                for sql in statements for p in b.add(Statement("s", sql, 0, 0))[0]]
+        return [sent(p) for sql in statements for p in b.add(Statement("s", sql, 0, 0))[0]]
 
     assert sqls("UPDATE t SET c = 1 WHERE id = 1") == ["SELECT * FROM `s`.t WHERE id = 1 LIMIT 256"]
     known[("s", "t")] = TableKeys(("id", "doc"), (None,) * 2, (), frozenset({"id"}), (), "ISNULL(`doc`)")
@@ -550,7 +550,8 @@ def test_a_percent_sign_in_a_narrowed_columns_name_is_escaped_for_the_driver() -
     b.add(Statement("s", "UPDATE t SET c = 0 WHERE id = 0", 0, 0))
     out = [p for sql in ("UPDATE t SET c = 1 WHERE id = 1", "UPDATE t SET c = 2 WHERE id = 2")
            for p in b.add(Statement("s", sql, 0, 0))[0]]
-    assert [p.sql % p.params for p in out] == ["SELECT ISNULL(`a%s`) FROM `s`.t WHERE id IN (1, 2) LIMIT 512"]
+    assert all(p.params for p in out)
+    assert [sent(p) for p in out] == ["SELECT ISNULL(`a%s`) FROM `s`.t WHERE id IN (1, 2) LIMIT 512"]
     first = b.add(Statement("s", "DELETE FROM t WHERE id = 3", 0, 0))[0]  # direct: a text probe
     assert [p.sql.replace("%%", "%") for p in first] == [
         "SELECT ISNULL(`a%s`) FROM `s`.t WHERE id = 3 LIMIT 256"]

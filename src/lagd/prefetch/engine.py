@@ -607,7 +607,10 @@ class PrefetchEngine:
         behind_seq = head.seq if head is not None else -1
         behind = self._behind(behind_seq, passing=True)
         for e in batch:
-            if isinstance(e, RowChange):
+            # By type, not isinstance: events are final (frozen, slots) and this loop runs
+            # for every event of a catch-up, commonest kinds first.
+            t = type(e)
+            if t is RowChange:
                 c.row_changes += 1
                 if held and gate.held(e.table.qualified):
                     # Its definition changes before the SQL thread gets here: no probe.
@@ -621,14 +624,14 @@ class PrefetchEngine:
                 probes = add(e)
                 if probes:  # most rows only join a batch
                     self._submit(probes)
-            elif isinstance(e, TransactionStart):
+            elif t is TransactionStart:
                 batcher.purge_follows = True
                 self._seq += 1
                 trx = _Trx(self._seq, e.commit_time, start=(e.relay_file, e.relay_offset))
                 self._current = trx
                 self._ahead.append(trx)
                 self._by_seq[trx.seq] = trx
-            elif isinstance(e, TransactionEnd):
+            elif t is TransactionEnd:
                 c.transactions += 1
                 cur = self._current
                 if cur is not None:
@@ -646,7 +649,7 @@ class PrefetchEngine:
                 if self._ddl:
                     # Held until the SQL thread has applied the DDL's whole transaction.
                     gate.hold(self._ddl.pop(), self._key(e.relay_file, e.relay_offset))
-            elif isinstance(e, Statement):
+            elif t is Statement:
                 cur = self._current
                 if cur is not None:
                     # One row to InnoDB's count inside a big transaction: most statements a
@@ -656,20 +659,20 @@ class PrefetchEngine:
                     cur.statements += 1
                 if not self._take(cur, behind_seq, behind):
                     continue
-                probes = self.batcher.add_statement(e)
+                probes = batcher.add_statement(e)
                 if probes:
                     self._submit(probes)
-            elif isinstance(e, Ddl):
+            elif t is Ddl:
                 # Keys read before the DDL match the definition the replica has now.
-                self._submit(self.batcher.flush())
+                self._submit(batcher.flush())
                 if changes_schema(e.sql):
                     names = ddl_tables(e.sql, e.schema)  # None: any table may have changed
                     if names != ():
                         self._ddl.append(names)
-            elif isinstance(e, Resynced):
+            elif t is Resynced:
                 c.resyncs += 1
                 self._reset_window()
-            elif isinstance(e, CorruptEvent):
+            elif t is CorruptEvent:
                 c.corrupt += 1
         while self._ddl:  # its end is not read yet: hold to the cursor's position
             gate.hold(self._ddl.pop(), self._key(self.reader.position.file, self.reader.position.offset))

@@ -401,20 +401,36 @@ class PrefetchEngine:
 
     def _advance_sql(self, pos: tuple[int, int], now: float) -> int:
         """Pop what the SQL thread has applied; returns rows applied."""
-        rows = 0
         moved = self._sql_pos is None or pos != self._sql_pos
         self._sql_pos = pos
-        while self._ahead and self._ahead[0].end is not None and self._ahead[0].end <= pos:
-            t = self._ahead.popleft()
-            self._by_seq.pop(t.seq, None)
-            self._applied_seq = t.seq
-            rows += t.rows - t.statements
-            self._lead_rows -= t.rows
-            self._lead_bytes -= t.bytes
-            self._lead_pages -= t.probed
-            self._popped += 1
-            if t.ended is not None and t.ended.gtid:
-                self._by_gtid.pop(t.ended.gtid, None)
+        # Run once a poll for every transaction applied since: the sums are kept in locals
+        # and the transactions' own fields read once each.
+        ahead, by_seq, by_gtid = self._ahead, self._by_seq, self._by_gtid
+        rows = read = size = pages = popped = 0
+        seq = self._applied_seq
+        while ahead:
+            t = ahead[0]
+            end = t.end
+            if end is None or end > pos:
+                break
+            ahead.popleft()
+            seq = t.seq
+            by_seq.pop(seq, None)
+            n = t.rows
+            rows += n - t.statements
+            read += n
+            size += t.bytes
+            pages += t.probed
+            popped += 1
+            ended = t.ended
+            if ended is not None and ended.gtid:
+                by_gtid.pop(ended.gtid, None)
+        if popped:
+            self._applied_seq = seq
+            self._lead_rows -= read
+            self._lead_bytes -= size
+            self._lead_pages -= pages
+            self._popped += popped
         self._trx_rate.add(now, self._popped)
         self._sql_seen_at = now
         if moved:

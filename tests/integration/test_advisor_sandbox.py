@@ -58,12 +58,10 @@ def imp(logging_replica: Sandbox) -> Iterator[tuple[Sandbox, str]]:
     sb.source.query(f"CREATE DATABASE {schema}")
     sb.source.query(f"CREATE TABLE {schema}.imp (id INT PRIMARY KEY, k INT NOT NULL, name VARCHAR(20))")
     sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
     try:
-        yield sb, schema
+        with sb.sql_thread_stopped(timeout=120):
+            yield sb, schema
     finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=120)
         sb.source.query(f"DROP DATABASE {schema}")
 
 

@@ -157,16 +157,12 @@ def reader_at_sql_thread(sb: Sandbox) -> Iterator[RelayLogReader]:
     """Once the replica has caught up, the SQL thread stopped and a reader at its position
     (what is written next reaches the relay log, not the tables); then started again."""
     sb.wait_caught_up(timeout=60)
-    sb.stop_sql_thread()
-    try:
+    with sb.sql_thread_stopped():
         reader = RelayLogReader(LogFiles(sb.relay_log_index()), sql_position(sb), resolver_for(sb))
         try:
             yield reader
         finally:
             reader.close()
-    finally:
-        sb.start_sql_thread()
-        sb.wait_caught_up(timeout=60)
 
 
 def write(sb: Sandbox, schema: str, statements: list[str], binlog_format: str = "ROW") -> None:

@@ -643,3 +643,25 @@ def test_the_events_the_engine_dispatches_by_type_have_no_subclasses() -> None:
     another would be passed by without a word."""
     for cls in (RowChange, TransactionStart, TransactionEnd, Statement, Ddl, Resynced, CorruptEvent):
         assert not cls.__subclasses__(), cls
+
+
+@pytest.mark.parametrize(("pos", "popped", "applied_rows", "left"), [
+    ((1, 50), 0, 0, (4, 40, 4000, 40)),      # inside the first transaction: nothing applied
+    ((1, 100), 1, 10, (3, 30, 3000, 30)),    # the first one's end
+    ((1, 250), 2, 20, (2, 20, 2000, 20)),    # past the second, short of the third
+    ((2, 0), 4, 40, (0, 0, 0, 0)),           # a later file: all of them
+])
+def test_advance_sql_pops_what_is_applied_and_takes_it_out_of_the_lead(
+    pos: tuple[int, int], popped: int, applied_rows: int, left: tuple[int, int, int, int],
+) -> None:
+    eng = engine([100.0], transactions=0)
+    for seq in range(1, 5):  # 10 rows, 1,000 bytes, 10 pages each; ends at 100 * seq of file 1
+        t = _Trx(seq, 0.0, end=(1, 100 * seq), rows=10, bytes=1000, probed=10)
+        eng._ahead.append(t)
+        eng._by_seq[seq] = t
+    eng._seq = 4
+    eng._lead_rows, eng._lead_bytes, eng._lead_pages = 40, 4000, 40
+    assert eng._advance_sql(pos, 100.0) == applied_rows
+    assert eng._popped == popped and eng._applied_seq == popped
+    assert (len(eng._ahead), eng._lead_rows, eng._lead_bytes, eng._lead_pages) == left
+    assert sorted(eng._by_seq) == list(range(popped + 1, 5))

@@ -341,10 +341,13 @@ def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandb
     # More again: the cursor reads on while the answers that tell them new come back.
     new = [sql.format(ROWS + 1 + i, rng.randint(0, 99)) for i in range(2400)]
 
-    def new_ids(probe: Any) -> list[int]:
-        """The new rows' ids a probe carries: (k, id) pairs of k_1, or ids."""
+    def ids(probe: Any) -> list[int]:
+        """The row ids a probe carries: of (k, id) pairs for k_1, else its values."""
         of = r", (\d+)\)" if probe.index == "k_1" else r"\d+"
-        return [i for n in re.findall(of, sent(probe).split(" IN ")[-1]) if (i := int(n)) > ROWS]
+        return [int(n) for n in re.findall(of, sent(probe).split(" IN ")[-1])]
+
+    def new_ids(probe: Any) -> list[int]:
+        return [i for i in ids(probe) if i > ROWS]
 
     held: list[int] = []  # how many probes were sent while the SQL thread was held
 
@@ -364,14 +367,11 @@ def test_upserts_of_rows_that_exist_probe_their_primary_key_alone(sandbox: Sandb
     primary = [p for p in mine if p.index == "PRIMARY"]
     assert primary and all(p.upsert for p in primary)
 
-    def entries(index: str, new: bool) -> int:
-        """The entries probed of existing rows' upserts, or of new rows'."""
-        id_of = r", (\d+)\)" if index == "k_1" else r"\d+"  # (k, id) pairs, or ids
-        ids = [(p.rows, [int(n) for n in re.findall(id_of, sent(p).split(" IN ")[1])])
-               for p in mine if p.index == index]
-        return sum(n for n, of in ids if (min(of) > ROWS if new else max(of) <= ROWS))
+    def existing_entries(index: str) -> int:
+        """The entries probed of existing rows' upserts."""
+        return sum(p.rows for p in mine if p.index == index and max(ids(p)) <= ROWS)
 
-    k_of_existing, primary_of_existing = entries("k_1", False), entries("PRIMARY", False)
+    k_of_existing, primary_of_existing = existing_entries("k_1"), existing_entries("PRIMARY")
     assert primary_of_existing >= 300, "every upsert's primary-key entry is probed"
     # Those read before the first answers told the rows exist (the cursor reads ahead in
     # bursts), none of the rest.

@@ -76,6 +76,7 @@ PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 LAGD = ["engine"]  # how lagd runs in the runs with it (--lagd): its engine alone, or `lagd run`
 SQL_WAITS = [False]  # sample the SQL thread's performance_schema waits each second (--sql-waits)
+GATE_TRACE = [False]  # the daemon logs at debug: every window the gate judged (--gate-trace)
 POOL_PAGES = [False]  # count the pool's pages of each index at the end of a run (--pool-pages)
 # What --sql-waits turns on in the replica: every wait instrument, timed, and the
 # summaries by thread; a long history of single waits to see who waits long on an
@@ -433,6 +434,7 @@ listen = "{self.url.removeprefix('http://')}"
 
 [log]
 format = "json"
+level = "{'debug' if GATE_TRACE[0] else 'info'}"
 
 [prefetch]
 {options}
@@ -494,18 +496,22 @@ format = "json"
         st = self.status() or {}
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(60)
-        moves = []
+        moves: list[tuple[float, str]] = []
+        windows: list[tuple[float, str]] = []
         for ln in self.log.read_text(errors="replace").splitlines():
             try:
                 rec = json.loads(ln)
             except ValueError:
                 continue
-            _, sep, msg = str(rec.get("msg", "")).partition("prefetch gate:")
-            if sep:
-                moves.append((round(rec["ts"] - self.t0, 1), msg.strip()))
+            for mark, into in (("prefetch gate:", moves), ("prefetch window:", windows)):
+                _, sep, msg = str(rec.get("msg", "")).partition(mark)
+                if sep:
+                    into.append((round(rec["ts"] - self.t0, 1), msg.strip()))
         out = dict(st.get("prefetch") or {})
         out["stall"] = st.get("stall") or {}
         out["gate_log"] = moves
+        if windows:
+            out["gate_windows"] = windows
         out["status_slowest_s"] = round(self.slowest, 3)
         out["lagd"] = "daemon"
         return out
@@ -539,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="in the runs with lagd: its prefetch engine alone, or the whole daemon (lagd run)")
     ap.add_argument("--sql-waits", action="store_true",
                     help="turn on the replica's wait instruments and keep the SQL thread's waits each second")
+    ap.add_argument("--gate-trace", action="store_true",
+                    help="the daemon logs at debug: each window its stall gate judged, kept in the run")
     ap.add_argument("--pool-pages", action="store_true",
                     help="at the end of each run, count the buffer pool's pages of each index of the table")
     ap.add_argument("--nice", type=int, default=10, help="lagd's nice value (the systemd unit's Nice=)")
@@ -552,6 +560,7 @@ def main(argv: list[str] | None = None) -> int:
     NICE[0] = args.nice
     LAGD[0] = args.lagd
     SQL_WAITS[0] = args.sql_waits
+    GATE_TRACE[0] = args.gate_trace
     POOL_PAGES[0] = args.pool_pages
     set_pool(args.pool)
     PROCESS_GRANT[0] = args.process_grant

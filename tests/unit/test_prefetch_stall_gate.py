@@ -66,6 +66,18 @@ CASES = [
     ("sql-thread-queued-some-is-judged", HALF_JUDGED, w(0.2, cpu=0.6, queued=0.3, rate=800), True, False,
      "1,000 KiB/s of relay log before, 900 KiB/s"),
     ("open-without-baseline-measures", Gate(True, "x", None, True), w(0.4), True, False, "measuring"),
+    # A try that has paid (since_base > 0) is stopped by four seconds that do not, not two.
+    ("paid-two-seconds-under-judge-on", replace(HALF_JUDGED, since_base=4.0), w(0.3, rate=600), True, True,
+     "probes did not pay over 2 s after paying 4 s (applied 1,000 KiB/s of relay log before, 800 KiB/s"),
+    ("paid-one-second-far-slower-is-not-judged-at-once", replace(OPEN, since_base=4.0), w(0.3, rate=500),
+     True, True, "x"),
+    ("paid-four-seconds-under-stop", replace(OPEN, since_base=4.0, judged=(3.0, 3000 * 1024)),
+     w(0.3, rate=1000), True, False, "did not speed the SQL thread up"),
+    ("paid-four-seconds-slower-stop", replace(OPEN, since_base=4.0, judged=(3.0, 2400 * 1024)),
+     w(0.3, rate=800), True, False, "slowed the SQL thread down (applied 1,000 KiB/s of relay log before,"
+     " 800 KiB/s"),
+    ("paid-two-under-two-over-pay", replace(OPEN, since_base=4.0, judged=(3.0, 2600 * 1024)),
+     w(0.3, rate=1800), True, True, "probes speed the SQL thread up"),
     ("open-but-not-probing-waits", OPEN, w(0.4, rate=5), False, True, "x"),
 ]
 
@@ -189,13 +201,29 @@ def test_probes_that_pay_are_judged_against_a_fresh_speed_of_the_sql_thread_alon
         paid += 1.0
     assert paid == control.REBASE_SECONDS  # two judged seconds a verdict, 1 s judged before the loop
     assert "measuring it alone again: its speed of 30 s ago" in g.reason
-    assert g.fails == 0 and g.hold == 0 and g.base == (0.0, 0) and g.rate_before is None
+    assert g.fails == 0 and g.hold == 0 and g.base == (0.0, 0) and g.rate_before is None and g.rebase
     g = stall_gate(g, w(0.6, rate=1300), prefetching=False)  # the pool is warmer now: 1,300 alone
     g = stall_gate(g, w(0.6, rate=1300), prefetching=False)
     assert g.open and g.rate_before == 1300 * 1024 and g.since_base == 0.0
     g = stall_gate(replace(g, grace=0), w(0.3, rate=1350), prefetching=True)
     g = stall_gate(g, w(0.3, rate=1350), prefetching=True)  # beat the old 1,000, not 1,300 * 1.05
     assert not g.open and "did not speed" in g.reason
+
+
+def test_measured_alone_again_its_reads_are_not_asked_for() -> None:
+    """The pages the probes warmed keep the SQL thread's reads low for seconds after
+    they stop: a second under READ_SHARE does not start the measurement anew."""
+    g = Gate(False, "x; measuring it alone again", None, True, rebase=True)
+    g = stall_gate(g, w(0.19, rate=775), prefetching=False)
+    assert not g.open and g.base == (1.0, 775 * 1024) and g.rebase
+    g = stall_gate(g, w(0.24, rate=789), prefetching=False)
+    assert g.open and g.rate_before == 782 * 1024 and not g.rebase
+    # Not after a try that did not pay, nor at a catch-up's start: there reads decide.
+    assert "stall is not reads" in stall_gate(SHUT, w(0.19), prefetching=False).reason
+    # ... and a saturated machine still keeps it shut.
+    again = Gate(False, "x", None, True, rebase=True)
+    saturated = stall_gate(again, w(0.19, headroom=0.2), prefetching=False)
+    assert not saturated.open and "CPU is saturated" in saturated.reason
 
 
 @pytest.mark.parametrize(("queued_share", "open_", "words"), [
@@ -359,6 +387,17 @@ def test_a_try_that_purge_made_lose_holds_long(rate: int, growth: int, trx_bytes
                        prefetching=True)
     assert not g.open and g.hold == hold
     assert words in g.reason
+
+
+def test_a_try_that_paid_is_stopped_by_purge_without_waiting_for_more_seconds() -> None:
+    """Seconds that do not pay judge a try that has paid again over more seconds, but
+    not when purge falling behind made it lose: that is the workload's, not noise."""
+    g = stall_gate(MEASURING, replace(w(0.6), history=10_000), prefetching=False)
+    g = replace(g, grace=0, since_base=10.0)
+    for second in (1, 2):  # 12 s in, purge 1,500 transactions behind: 73 KiB/s of it left to purge
+        g = stall_gate(g, replace(w(0.1, rate=995), history=10_000 + 1_500 * second, trx_bytes=600),
+                       prefetching=True)
+    assert not g.open and "slowed the SQL thread down and left purge" in g.reason
 
 
 def test_holds_after_purge_fell_behind_grow_to_ten_minutes() -> None:

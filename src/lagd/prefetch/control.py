@@ -467,6 +467,14 @@ BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to 
 # its start, a speed to beat that low made any probes look as if they paid.
 WARMUP_SECONDS = 1.0
 JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
+# A try that has paid (one verdict or more since its speed to beat was measured)
+# stops only when it does not pay over this many seconds: the two that did not and
+# the two after them, judged together. A paying try's seconds with probes are
+# uneven (a mixed_fmt catch-up: 794-1,387 KiB/s a second against 700-736 alone),
+# and a verdict of two of them that shut a try paying 1.5x held the gate 30 s.
+# A try that turned harmful costs 2 s more at most; one that never paid is judged
+# as before (update_k's tries: their first two seconds).
+CONFIRM_SECONDS = 2 * JUDGE_SECONDS
 # ... unless it is this far below the rate before: then the probes are judged at once.
 # Tries that did not pay on update_k (3 keys a row, at the old 25% page budget) ran
 # the SQL thread 8-33% slower for their 3 s, and cost more after they stopped than
@@ -603,6 +611,7 @@ class Gate:
     history_from: int | None = None
     history_recent: tuple[int, ...] = ()
     history_mark: int | None = None
+    rebase: bool = False  # measuring the SQL thread alone again after probes that paid
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
@@ -766,7 +775,11 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         return gate  # no probes this second (lead full, a comparison window): nothing to judge
     if not gate.open or gate.rate_before is None:
         reads = w.reads_text()
-        if w.readers >= READ_SHARE:
+        # Measuring again after probes that paid, its reads are not asked for: the
+        # pages those probes warmed keep them low for seconds (mixed_fmt: 19% and
+        # 25% of its time, then 32%), and each such second started the measurement
+        # anew; the try after it is judged as any other.
+        if w.readers >= READ_SHARE or gate.rebase:
             if w.headroom is not None and w.headroom < MIN_HEADROOM:
                 return Gate(False, f"{reads}, but the CPU is saturated"
                                    f" ({w.headroom:.1f} idle cores): probes would take it from the SQL"
@@ -782,7 +795,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
             base = (gate.base[0] + w.wall, gate.base[1] + w.applied)
             if base[0] < BASE_SECONDS:
                 return Gate(False, f"{reads}: measuring its apply rate before prefetching",
-                            None, True, base=base, fails=gate.fails)
+                            None, True, base=base, fails=gate.fails, rebase=gate.rebase)
             idle = f", {w.headroom:.1f} idle cores" if w.headroom is not None else ""
             return Gate(True, f"{reads}{idle}: prefetching",
                         w.read_share, True, GRACE_WINDOWS, rate_before=base[1] / base[0], fails=gate.fails,
@@ -809,7 +822,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     if w.applied is None:
         return replace(gate, history_recent=recent)
     wall, done = gate.judged[0] + w.wall, gate.judged[1] + w.applied
-    slowed = gate.rate_before > 0 and done < gate.rate_before * SLOWED * wall
+    paid = gate.since_base > 0
+    slowed = not paid and gate.rate_before > 0 and done < gate.rate_before * SLOWED * wall
     if wall < JUDGE_SECONDS and not slowed:
         return replace(gate, judged=(wall, done), history_recent=recent)
     rate = done / wall
@@ -831,7 +845,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         since = gate.since_base + wall
         if since >= REBASE_SECONDS and not w.inside:
             return Gate(False, f"{pays}; measuring it alone again: its speed of {since:.0f} s ago"
-                               " is no longer the one to beat", None, True)
+                               " is no longer the one to beat", None, True, rebase=True)
         return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_recent=recent,
                        history_mark=w.history)
     if gate.rate_before == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
@@ -842,7 +856,12 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # rest of the transaction.
         return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
                        judged=(0.0, 0), fails=0)
-    if debt >= gate.rate_before * (RAISED - 1) and gate.rate_before > rate:
+    purge_lost = debt >= gate.rate_before * (RAISED - 1) and gate.rate_before > rate
+    if paid and wall < CONFIRM_SECONDS and not purge_lost:
+        return replace(gate, reason=f"probes did not pay over {wall:.0f} s after paying"
+                                    f" {gate.since_base:.0f} s ({rates}): judging them over"
+                                    f" {CONFIRM_SECONDS:.0f} s", judged=(wall, done), history_recent=recent)
+    if purge_lost:
         hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))
         what = ("probes leave purge further behind than they speed the SQL thread up"
                 if rate + debt >= gate.rate_before

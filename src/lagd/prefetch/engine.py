@@ -1148,7 +1148,14 @@ class PrefetchEngine:
                                  self._purge_share())
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
-        self._move_gate(before, control.stall_gate(before, w, prefetching=probed > 0))
+        after = control.stall_gate(before, w, prefetching=probed > 0)
+        if log.isEnabledFor(logging.DEBUG):
+            # Every window the gate judged, not only its moves: what a verdict that
+            # looks wrong was made of (a DBA's debug log; the benchmark's gate trace).
+            log.debug("prefetch window: wall=%.2f applied=%s reads=%.2f cpu=%.2f queued=%.2f probes=%d"
+                      " open=%s hold=%d: %s", w.wall, w.applied, w.read_share, w.cpu_share,
+                      w.cpu_wait_share, probed, after.open, after.hold, after.reason)
+        self._move_gate(before, after)
 
     def _move_gate(self, before: control.Gate, after: control.Gate) -> None:
         self.gate_state = after

@@ -498,6 +498,7 @@ level = "{'debug' if GATE_TRACE[0] else 'info'}"
         self.proc.wait(60)
         moves: list[tuple[float, str]] = []
         windows: list[tuple[float, str]] = []
+        said: list[tuple[float, str]] = []  # the prefetch engine's own log: what else stopped probes
         for ln in self.log.read_text(errors="replace").splitlines():
             try:
                 rec = json.loads(ln)
@@ -507,11 +508,14 @@ level = "{'debug' if GATE_TRACE[0] else 'info'}"
                 _, sep, msg = str(rec.get("msg", "")).partition(mark)
                 if sep:
                     into.append((round(rec["ts"] - self.t0, 1), msg.strip()))
+            if rec.get("level") != "debug" and str(rec.get("logger", "")).startswith("lagd.prefetch"):
+                said.append((round(rec["ts"] - self.t0, 1), str(rec.get("msg", ""))[:300]))
         out = dict(st.get("prefetch") or {})
         out["stall"] = st.get("stall") or {}
         out["gate_log"] = moves
         if windows:
             out["gate_windows"] = windows
+        out["prefetch_log"] = said
         out["status_slowest_s"] = round(self.slowest, 3)
         out["lagd"] = "daemon"
         return out

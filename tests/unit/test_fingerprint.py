@@ -482,6 +482,26 @@ def test_a_shapes_batches_shrink_when_its_probes_are_slow_and_grow_back() -> Non
     assert batch_sizes(14) == [7, 7]
 
 
+def test_a_shapes_batches_start_at_the_row_cap_and_grow_to_twice_it_by_fast_answers() -> None:
+    """A probe's round trip is most of what a statement costs lagd: a shape whose probes
+    answer fast takes up to twice the row probes' keys (control.STATEMENT_KEYS_FACTOR)."""
+    b = StatementBatcher(16)
+
+    def batch_sizes(n: int) -> list[int]:
+        got = []
+        for i in range(n):
+            got += b.add(Statement("s", f"UPDATE t SET c = 1 WHERE id = {i}", 0, 0))[0]
+        return [p.rows for p in got + b.flush()]
+
+    assert batch_sizes(33) == [1, 16, 16]  # the first goes the direct way
+    plan = b._templates[next(iter(b._templates))].plan
+    for _ in range(40):
+        b.answered(plan, "ok", 0.002)
+    assert batch_sizes(64) == [32, 32]
+    b.answered(plan, "ok", 0.2)  # a slow answer halves it
+    assert batch_sizes(32) == [16, 16]
+
+
 def test_a_shapes_probes_out_are_counted_to_every_answer_and_one_offs_forget_the_oldest() -> None:
     f: ShapeFlights[int] = ShapeFlights(limit=100, most=3)
     shape = "s\0UPDATE t SET c = ? WHERE k BETWEEN ? AND ?"

@@ -326,6 +326,13 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 # answer slower than SLOW_PROBE, or time out, gets half the statements a batch; one
 # answering within half of it gets one more, up to the row probes' keys a probe.
 SLOW_PROBE = 0.1
+# ... up to this many times the row probes' keys a probe. A statement costs lagd more
+# than a row change (its literals cut out, its shape looked up), and a probe's round
+# trip most of all: 70-200 µs of lagd's CPU in a catch-up. Rows stay at the row cap:
+# a longer row probe is a longer wait for the rows at its end (update_pk: 1.95x at
+# 32 keys against 2.13x at 16, no less CPU), while update_pk_stmt's statements ran as
+# fast at 32 (2.11x against 2.13x) with 6-8% less of lagd's CPU (2026-11-29).
+STATEMENT_KEYS_FACTOR = 2
 
 
 def statement_batch(size: int, most: int, status: str, seconds: float) -> tuple[int, str]:

@@ -29,8 +29,9 @@ reads, subqueries it cannot rewrite) are decided by the same path once per
 shape and cached with it: none of them depend on a literal's value.
 
 A shape whose SELECT is ``SELECT * FROM <one table> WHERE <col> = ?`` (or ``IN
-(...)``) is batched like row probes: the values of up to ``max_keys``
-statements go into one ``<col> IN (...)``. Any other one-table shape whose
+(...)``) is batched like row probes: the values of ``max_keys`` statements go into
+one ``<col> IN (...)``, and up to twice that as the shape's probes answer
+fast (control.statement_batch, STATEMENT_KEYS_FACTOR). Any other one-table shape whose
 condition is a flat conjunction (``id BETWEEN ? AND ?``, ``id >= ? AND id <
 ?``, ``a = ? AND b = ?``, ``id = ? AND version = ?``: no parentheses, no OR,
 no ORDER BY, no LIMIT of its own) is batched as ``(<cond 1>) OR (<cond
@@ -61,7 +62,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar
 
-from lagd.prefetch.control import statement_batch, statement_window
+from lagd.prefetch.control import STATEMENT_KEYS_FACTOR, statement_batch, statement_window
 from lagd.prefetch.inserts import InsertBatcher, InsertShape, TableKeys, Tables, is_insert
 from lagd.prefetch.rewrite_sql import (
     Probe,
@@ -333,7 +334,8 @@ class StatementBatcher:
 
     def __init__(self, max_keys: int, wants: Callable[[str], bool] = lambda _schema: True,
                  tables: Tables | None = None) -> None:
-        self.max_keys = max_keys
+        self.max_keys = max_keys  # a new shape's first batches
+        self.most = STATEMENT_KEYS_FACTOR * max_keys  # ... grown by their answers up to this
         self.wants = wants  # the schema filters
         self.tables = tables or _NoTables()  # told of each statement probed; knows their indexes
         self.inserts = InsertBatcher(max_keys, self.tables)
@@ -407,7 +409,7 @@ class StatementBatcher:
         size = self._sizes.get(plan)
         if size is None:
             return
-        new, why = statement_batch(size, self.max_keys, status, seconds)
+        new, why = statement_batch(size, self.most, status, seconds)
         if new != size:
             log.debug("statement shape %r: %s", plan, why)
             self._sizes[plan] = new
@@ -448,7 +450,7 @@ class StatementBatcher:
         listed = list(values)
         # Integer values (ids) make a prepared probe (rewrite_sql.integer_arguments), where
         # its rows are read whole: only a probe narrowed to a byte a row, with its LIMIT.
-        args = integer_arguments(listed, padded_size(len(listed), self.max_keys)) \
+        args = integer_arguments(listed, padded_size(len(listed), self.most)) \
             if t.batch_limit and not t.unit_parts else None
         if args is not None:
             limit = f" LIMIT {t.batch_limit * len(args[1])}"

@@ -455,16 +455,21 @@ def test_a_nul_is_never_cut() -> None:
     assert fingerprint("DELETE FROM t WHERE a = '\0'") is None
 
 
+def sizes_of(b: StatementBatcher, sql: str, n: int) -> list[int]:
+    """The statements in each probe ``n`` statements ``sql.format(i)`` make, the rest flushed."""
+    got = []
+    for i in range(n):
+        got += b.add(Statement("s", sql.format(i, i + 39), 0, 0))[0]
+    return [p.rows for p in got + b.flush()]
+
+
 def test_a_shapes_batches_shrink_when_its_probes_are_slow_and_grow_back() -> None:
     """16 many-row statements a probe ran into the statement timeout (update_k_range_stmt):
     a shape's batch halves at a timeout or a slow answer, and grows by one a fast one."""
     b = StatementBatcher(16)
 
     def batch_sizes(n: int) -> list[int]:
-        got = []
-        for i in range(n):
-            got += b.add(Statement("s", f"UPDATE t SET c = 1 WHERE k BETWEEN {i} AND {i + 39}", 0, 0))[0]
-        return [p.rows for p in got + b.flush()]
+        return sizes_of(b, "UPDATE t SET c = 1 WHERE k BETWEEN {} AND {}", n)
 
     first = batch_sizes(33)
     assert first == [1, 16, 16]  # the first goes the direct way
@@ -486,20 +491,14 @@ def test_a_shapes_batches_start_at_the_row_cap_and_grow_to_twice_it_by_fast_answ
     """A probe's round trip is most of what a statement costs lagd: a shape whose probes
     answer fast takes up to twice the row probes' keys (control.STATEMENT_KEYS_FACTOR)."""
     b = StatementBatcher(16)
-
-    def batch_sizes(n: int) -> list[int]:
-        got = []
-        for i in range(n):
-            got += b.add(Statement("s", f"UPDATE t SET c = 1 WHERE id = {i}", 0, 0))[0]
-        return [p.rows for p in got + b.flush()]
-
-    assert batch_sizes(33) == [1, 16, 16]  # the first goes the direct way
+    by_id = "UPDATE t SET c = 1 WHERE id = {}"
+    assert sizes_of(b, by_id, 33) == [1, 16, 16]  # the first goes the direct way
     plan = b._templates[next(iter(b._templates))].plan
     for _ in range(40):
         b.answered(plan, "ok", 0.002)
-    assert batch_sizes(64) == [32, 32]
+    assert sizes_of(b, by_id, 64) == [32, 32]
     b.answered(plan, "ok", 0.2)  # a slow answer halves it
-    assert batch_sizes(32) == [16, 16]
+    assert sizes_of(b, by_id, 32) == [16, 16]
 
 
 def test_a_shapes_probes_out_are_counted_to_every_answer_and_one_offs_forget_the_oldest() -> None:

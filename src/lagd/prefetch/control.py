@@ -324,9 +324,9 @@ def evaluate(state: ControlState, w: Window, t: Tuning, windows_since_compare: i
 # statement timeout while the SQL thread's own reads queued behind them (it applied
 # 15 KiB/s of relay log against 19 before: update_k_range_stmt). A shape whose probes
 # answer slower than SLOW_PROBE, or time out, gets half the statements a batch; one
-# answering within half of it gets one more, up to the row probes' keys a probe.
+# answering within half of it gets one more, from the row probes' keys a probe ...
 SLOW_PROBE = 0.1
-# ... up to this many times the row probes' keys a probe. A statement costs lagd more
+# ... up to this many times that. A statement costs lagd more
 # than a row change (its literals cut out, its shape looked up), and a probe's round
 # trip most of all: 70-200 µs of lagd's CPU in a catch-up. Rows stay at the row cap:
 # a longer row probe is a longer wait for the rows at its end (update_pk: 1.95x at
@@ -474,6 +474,17 @@ BASE_SECONDS = 2.0  # of the SQL thread alone before probes start: its speed to 
 # its start, a speed to beat that low made any probes look as if they paid.
 WARMUP_SECONDS = 1.0
 JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is noise
+# ... unless it is this far below the rate before: then the probes are judged at once.
+# Tries that did not pay on update_k (3 keys a row, at the old 25% page budget) ran
+# the SQL thread 8-33% slower for their 3 s, and cost more after they stopped than
+# while they ran: 2 tries a 28-s catch-up cost it 7-13%. Probes that pay run it
+# 1.3-2.5x faster, so a second under 0.85x is not their noise at a try's start (a try
+# that has paid has seconds that low: CONFIRM_SECONDS).
+SLOWED = 0.85
+# A try that left the SQL thread slower than before (by any margin over the
+# judged seconds) holds the gate this many times longer than one that merely did
+# not pay: trying again soon costs the same again.
+SLOWED_HOLD = 3
 # A try that has paid (one verdict or more since its speed to beat was measured)
 # stops only when it does not pay over this many seconds: the two that did not and
 # the two after them, judged together. A paying try's seconds with probes are
@@ -482,16 +493,6 @@ JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is n
 # A try that turned harmful costs 2 s more at most; one that never paid is judged
 # as before (update_k's tries: their first two seconds).
 CONFIRM_SECONDS = 2 * JUDGE_SECONDS
-# ... unless it is this far below the rate before: then the probes are judged at once.
-# Tries that did not pay on update_k (3 keys a row, at the old 25% page budget) ran
-# the SQL thread 8-33% slower for their 3 s, and cost more after they stopped than
-# while they ran: 2 tries a 28-s catch-up cost it 7-13%. Probes that pay run it
-# 1.3-2.5x faster, so a second under 0.85x is not their noise.
-SLOWED = 0.85
-# A try that left the SQL thread slower than before (by any margin over the
-# judged seconds) holds the gate this many times longer than one that merely did
-# not pay: trying again soon costs the same again.
-SLOWED_HOLD = 3
 # Purge must not fall behind for the probes' sake. A row change's undo waits in
 # InnoDB's history list until purge has removed what it left (delete-marked index
 # entries, old row versions). Probes take the reads and index-tree latches purge

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
@@ -516,6 +517,24 @@ def test_the_engine_opens_on_reads_and_shuts_when_probes_do_not_pay() -> None:
     assert not eng.gate_state.open and not eng._enabled
     assert "500 KiB/s of relay log before, 480 KiB/s of relay log with probes" in eng.gate_state.reason
     assert pool.dropped == 1
+
+
+def test_at_debug_the_engine_logs_every_second_the_gate_judges(caplog: pytest.LogCaptureFixture) -> None:
+    """Its moves alone do not show what a verdict that looks wrong was made of."""
+    fake = FakeStall()
+    eng, _pool = engine_with(fake)
+    eng._gate_check()
+    eng._sql_pos = (1, 0)
+    eng._gate_check()
+    with caplog.at_level(logging.DEBUG, logger="lagd.prefetch"):
+        for _ in range(2):
+            fake.add(on_cpu=0.3, disk_read=0.7)
+            eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+            eng._gate_check()
+    windows = [r.getMessage() for r in caplog.records if r.getMessage().startswith("prefetch window:")]
+    assert len(windows) == 2
+    assert "applied=512000 reads=0.70" in windows[1] and "open=True" in windows[1]
+    assert windows[1].endswith("70% waiting on disk reads, 1.0 idle cores: prefetching")
 
 
 def test_a_shut_gate_does_not_measure_the_sql_thread_alone_on_transactions_probed_before() -> None:

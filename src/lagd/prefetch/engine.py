@@ -1152,7 +1152,7 @@ class PrefetchEngine:
         if log.isEnabledFor(logging.DEBUG):
             # Every window the gate judged, not only its moves: what a verdict that
             # looks wrong was made of (a DBA's debug log; the benchmark's gate trace).
-            log.debug("prefetch window: wall=%.2f applied=%s reads=%.2f cpu=%.2f queued=%.2f probes=%d"
+            log.debug("prefetch window: wall=%.2f applied=%s reads=%.2f cpu=%.2f queued=%.2f rows_probed=%d"
                       " open=%s hold=%d: %s", w.wall, w.applied, w.read_share, w.cpu_share,
                       w.cpu_wait_share, probed, after.open, after.hold, after.reason)
         self._move_gate(before, after)

@@ -456,7 +456,7 @@ def test_a_nul_is_never_cut() -> None:
 
 
 def sizes_of(b: StatementBatcher, sql: str, n: int) -> list[int]:
-    """The statements in each probe ``n`` statements ``sql.format(i)`` make, the rest flushed."""
+    """The statements in each probe ``n`` statements ``sql.format(i, i + 39)`` make, the rest flushed."""
     got = []
     for i in range(n):
         got += b.add(Statement("s", sql.format(i, i + 39), 0, 0))[0]

@@ -665,3 +665,22 @@ def test_advance_sql_pops_what_is_applied_and_takes_it_out_of_the_lead(
     assert eng._popped == popped and eng._applied_seq == popped
     assert (len(eng._ahead), eng._lead_rows, eng._lead_bytes, eng._lead_pages) == left
     assert sorted(eng._by_seq) == list(range(popped + 1, 5))
+
+
+@pytest.mark.parametrize(("ctl_off", "slots", "shown"), [
+    (None, None, "probes speed the SQL thread up: judging them over 4 s"),
+    ("nothing to warm: the data is in memory", None,
+     "open, but probes are out: nothing to warm: the data is in memory"),
+    (None, 0, "open, but probes are out: no connection slot free"),
+])
+def test_an_open_gate_names_what_keeps_the_probes_out(ctl_off: str | None, slots: int | None,
+                                                      shown: str) -> None:
+    """/status never shows the gate judging probes that something else keeps out."""
+    eng, _mon, _pool = inside_engine([100.0])
+    eng.gate_state = control.Gate(True, "probes speed the SQL thread up: judging them over 4 s", 0.5, True)
+    if ctl_off is not None:
+        eng.ctl = replace(eng.ctl, enabled=False, reason=ctl_off)
+    eng.slots_cap, eng.slots_reason = slots, "no connection slot free"
+    assert eng.gate_view() == (True, shown)
+    eng.gate_state = control.Gate(False, "its stall is not reads", None, True)
+    assert eng.gate_view() == (False, "its stall is not reads")  # shut: its own reason stands

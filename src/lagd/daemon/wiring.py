@@ -129,7 +129,7 @@ class EnginePrefetcher:
     def gate(self) -> tuple[bool, str] | None:
         if self.engine.stall is None:
             return None
-        return self.engine.gate_state.open, self.engine.gate_state.reason
+        return self.engine.gate_view()
 
     def sql_running(self) -> bool | None:
         return self.engine.sql_running

@@ -1302,8 +1302,7 @@ class PrefetchEngine:
         c = self.counters
         pc = self.pool.counters
         state = "backed_off" if not self._enabled and self.state == "active" else self.state
-        why_off = (self.ctl.reason if not self.ctl.enabled else
-                   self.slots_reason if self.slots_cap == 0 else self.gate_state.reason)
+        why_off = self._held_elsewhere() or self.gate_state.reason
         return PrefetchSnapshot(
             state=state, reason=why_off if state == "backed_off" else self.reason,
             counters={**{k: getattr(c, k) for k in _COUNTER_FIELDS if k != "skipped"},
@@ -1323,6 +1322,21 @@ class PrefetchEngine:
             connections_note=self.slots_reason if self._slots_binding()[0] else None,
         )
 
+    def _held_elsewhere(self) -> str | None:
+        """Why probes stay out while the fast gate would let them run (the slower
+        controller backed off, no connection slot free), or None."""
+        if not self.ctl.enabled:
+            return self.ctl.reason
+        return self.slots_reason if self.slots_cap == 0 else None
+
+    def gate_view(self) -> tuple[bool, str]:
+        """The fast gate for /status: open or shut, and why. An open gate's last reason
+        ("judging them over 4 s") says nothing once something else keeps the probes out:
+        then that is the reason given, so /status never shows a judgment that is not made."""
+        g = self.gate_state
+        held = self._held_elsewhere() if g.open else None
+        return g.open, g.reason if held is None else f"open, but probes are out: {held}"
+
     def stall_snapshot(self) -> dict[str, Any] | None:
         """The applier threads' time split and the fast gate's verdict, for /status and
         metrics (``seconds``: cumulative per state, for ``lagd_sql_thread_seconds_total``);
@@ -1330,7 +1344,7 @@ class PrefetchEngine:
         if self.stall is None:
             return None
         return {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
-                "gate_open": self.gate_state.open, "gate_reason": self.gate_state.reason,
+                **dict(zip(("gate_open", "gate_reason"), self.gate_view(), strict=True)),
                 "purge_history": self._history(self._clock()),
                 "schema": self.gate.snapshot()}
 

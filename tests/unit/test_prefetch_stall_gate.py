@@ -113,12 +113,28 @@ def test_a_verdict_that_pays_forgets_the_failures() -> None:
 
 
 def test_the_apply_rate_before_is_measured_over_two_seconds_of_high_reads() -> None:
-    g = stall_gate(SHUT, w(0.6, rate=500), prefetching=False)
-    g = stall_gate(g, w(0.1, rate=5000), prefetching=False)  # reads low: start again
-    assert not g.open and g.base == (0.0, 0)
+    g = stall_gate(SHUT, w(0.1, rate=500), prefetching=False)
+    assert not g.open and g.base == (0.0, 0)  # reads low: not started
+    g = stall_gate(g, w(0.3, rate=500), prefetching=False)
+    g = stall_gate(g, w(0.1, rate=5000), prefetching=False)  # 20% over the two: start again
+    assert not g.open and g.base == (0.0, 0) and "stall is not reads" in g.reason
     g = stall_gate(g, w(0.6, rate=500), prefetching=False)
     g = stall_gate(g, w(0.6, rate=700), prefetching=False)
     assert g.open and g.rate_before == 600 * 1024
+
+
+@pytest.mark.parametrize(("shares", "open_"), [
+    ((0.30, 0.21), True),  # mixed_fmt's seconds alone: 27-32% on average, some under 25%
+    ((0.21, 0.30), False),  # the first second decides whether to start at all
+    ((0.26, 0.20), False),  # 23% over the two
+    ((0.50, 0.05), True),
+])
+def test_the_reads_before_prefetching_are_judged_over_the_seconds_measured_together(
+        shares: tuple[float, float], open_: bool) -> None:
+    g = SHUT
+    for share in shares:
+        g = stall_gate(g, w(share), prefetching=False)
+    assert g.open is open_
 
 
 def test_a_window_across_relay_log_files_is_skipped() -> None:

@@ -165,9 +165,12 @@ def _machine_busy() -> tuple[float, float, float]:
 
 
 def _daemon_child() -> None:
-    """In the forked lagd run: the unit's nice value, and death with the benchmark (a
-    benchmark killed mid-run left its lagd running, a stray load on the next runs)."""
+    """In the forked lagd run: the unit's nice value, a session of its own as systemd
+    starts a service (lagd then gives its autogroup that nice value: daemon/autogroup.py),
+    and death with the benchmark (a benchmark killed mid-run left its lagd running, a
+    stray load on the next runs)."""
     os.nice(NICE[0])
+    os.setsid()
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 

@@ -33,7 +33,7 @@ from lagd.config import (
     load_settings,
     reload_actions,
 )
-from lagd.daemon import _stop_before_start, sdnotify, wiring
+from lagd.daemon import _stop_before_start, autogroup, sdnotify, wiring
 from lagd.daemon.http import HttpServer
 from lagd.daemon.runtime import Runtime
 from lagd.daemon.state import Snapshot
@@ -282,6 +282,7 @@ def run_command(config_path: Path | None) -> None:
         sys.exit(2)
     setup_logging(settings)
     tune_gc()
+    autogroup.share_nice()
     try:
         sys.exit(run_async(Daemon(settings, config_path).run()))
     except LagdError as e:

@@ -791,7 +791,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # Otherwise its reads are judged over the seconds measured so far together,
         # not each second alone: a SQL thread reading 27-32% of its time on average
         # has seconds under 25% (mixed_fmt), and each one started the measurement
-        # anew: probes began 4.4-6.5 s into its catch-ups where 3 s is the least.
+        # anew. Not a speed-up shown: where measured, the first second after the
+        # warm-up decided under either rule (benchmarks.md, 2026-11-29).
         reading = gate.base_reads + w.readers * w.wall
         if (reading >= READ_SHARE * (gate.base[0] + w.wall) if w.wall > 0 else w.readers >= READ_SHARE) \
                 or gate.rebase:

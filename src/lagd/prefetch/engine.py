@@ -1343,8 +1343,9 @@ class PrefetchEngine:
         None when the engine does not measure (adaptive control off)."""
         if self.stall is None:
             return None
+        gate_open, gate_reason = self.gate_view()
         return {**self.stall.snapshot(busy=self.state in ("active", "backed_off")),
-                **dict(zip(("gate_open", "gate_reason"), self.gate_view(), strict=True)),
+                "gate_open": gate_open, "gate_reason": gate_reason,
                 "purge_history": self._history(self._clock()),
                 "schema": self.gate.snapshot()}
 

@@ -481,10 +481,17 @@ JUDGE_SECONDS = 2.0  # of probing judged together: one second of apply rate is n
 # 1.3-2.5x faster, so a second under 0.85x is not their noise at a try's start (a try
 # that has paid has seconds that low: CONFIRM_SECONDS).
 SLOWED = 0.85
-# A try that left the SQL thread slower than before (by any margin over the
-# judged seconds) holds the gate this many times longer than one that merely did
-# not pay: trying again soon costs the same again.
+# A try that left the SQL thread slower than before over the judged seconds holds
+# the gate this many times longer than one that merely did not pay: trying again
+# soon costs the same again ...
 SLOWED_HOLD = 3
+# ... slower by more than the margin a gain must show (RAISED): within it the two
+# rates are one speed as far as 2 s can tell. Until 2026-11-29 (a twenty-third
+# session) any margin held 30 s: in `mixed` catch-ups of 31-35 s first tries were
+# held so at 0.98 and 1.00 of the speed alone (2,389 against 2,445 KiB/s, 2,140
+# against 2,145; a third at 0.94 still is), the rest of the catch-up without
+# probes, where tries that ran on had paid 1.2-1.3x.
+SLOWER = 1 / RAISED
 # A try that has paid (one verdict or more since its speed to beat was measured)
 # stops only when it does not pay over this many seconds: the two that did not and
 # the two after them, judged together. A paying try's seconds with probes are
@@ -884,7 +891,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
                 else "probes slowed the SQL thread down and left purge behind")
         return Gate(False, f"{what} ({rates}): backing off for {hold} s", None, True, 0, hold,
                     fails=gate.fails + 1)
-    if rate < gate.rate_before:  # every at-once verdict (``slowed``) is one of these
+    if rate < gate.rate_before * SLOWER:  # every at-once verdict (``slowed``) is one of these
         hold = min(MAX_HOLD_WINDOWS, SLOWED_HOLD * _hold(gate.fails))
         return Gate(False, f"probes slowed the SQL thread down ({rates}): backing off for {hold} s",
                     None, True, 0, hold, fails=gate.fails + 1)

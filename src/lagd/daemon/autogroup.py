@@ -44,20 +44,33 @@ def wanted(own_nice: int, leader: bool, group: int | None) -> int | None:
     return own_nice
 
 
-def share_nice(*, read: Callable[[str], str] | None = None, write: Callable[[str, str], None] | None = None,
-               own_nice: Callable[[], int] | None = None,
-               leader: Callable[[], bool] | None = None) -> int | None:
+def _read(path: str) -> str:
+    with open(path, encoding="ascii") as f:
+        return f.read()
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w", encoding="ascii") as f:
+        f.write(text)
+
+
+def _own_nice() -> int:
+    return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _leader() -> bool:
+    return os.getsid(0) == os.getpid()
+
+
+def share_nice(*, read: Callable[[str], str] = _read, write: Callable[[str, str], None] = _write,
+               own_nice: Callable[[], int] = _own_nice, leader: Callable[[], bool] = _leader) -> int | None:
     """Give lagd's autogroup lagd's own nice value where it leads its session (module
     doc). Returns the value set, None when nothing was to do or it could not."""
-    read = read or _read
-    write = write or _write
-    nice = own_nice() if own_nice else os.getpriority(os.PRIO_PROCESS, 0)
-    is_leader = leader() if leader else os.getsid(0) == os.getpid()
     try:
         group: int | None = group_nice(read(AUTOGROUP))
     except (OSError, ValueError, IndexError):
         group = None  # a kernel without autogroup: nice values weigh as they are
-    value = wanted(nice, is_leader, group)
+    value = wanted(own_nice(), leader(), group)
     if value is None:
         return None
     try:
@@ -69,13 +82,3 @@ def share_nice(*, read: Callable[[str], str] | None = None, write: Callable[[str
     log.info("lagd's scheduling group (autogroup) at nice %d, as lagd: its threads yield the cores to"
              " the server's", value)
     return value
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="ascii") as f:
-        return f.read()
-
-
-def _write(path: str, text: str) -> None:
-    with open(path, "w", encoding="ascii") as f:
-        f.write(text)

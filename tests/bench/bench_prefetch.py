@@ -44,6 +44,8 @@ import pymysql
 import pymysql.cursors
 
 from lagd.mysql.progress import history_length, history_length_sql
+from lagd.prefetch import stall
+from lagd.prefetch.stall import StallMonitor
 from lagd.relaylog import (
     LogFiles,
     RelayLogReader,
@@ -118,6 +120,12 @@ class Run:
     # after it until purge is done; and when that was (None: not done within PURGE_WAIT_S).
     history: list[tuple[float, int]] | None = None
     purged_seconds: float | None = None
+    # (seconds since start, reads, ms reading, writes, ms writing) of the datadir's block
+    # device, cumulative, twice a second (_disk_counts): the disk's latency through the run
+    disk: list[tuple[float, int, int, int, int]] | None = None
+    # (seconds since start, {state: cumulative seconds}) of the SQL thread, twice a second,
+    # sampled by the benchmark in every run (stall.StallMonitor), cold ones too
+    split: list[tuple[float, dict[str, float]]] | None = None
     # --sql-waits: (seconds since start, {event: [count, seconds]}) deltas about every second,
     # the SQL thread's own waits as the server's performance_schema times them
     waits: list[tuple[float, dict[str, list[float]]]] | None = None
@@ -162,6 +170,22 @@ def _machine_busy() -> tuple[float, float, float]:
     idle = v[3] + v[4]
     tick = os.sysconf("SC_CLK_TCK")
     return (sum(v) - idle) / tick, sum(v) / tick, (v[7] if len(v) > 7 else 0) / tick
+
+
+def _disk_counts(path: Path) -> tuple[int, int, int, int] | None:
+    """(reads, ms reading, writes, ms writing) so far of the block device holding ``path``
+    (/proc/diskstats), or None where it is not listed. A slow stretch of one run (the
+    SQL thread's reads longer while alone) reads here as the disk's own latency."""
+    dev = os.stat(path).st_dev
+    want = f"{os.major(dev)} {os.minor(dev)} "
+    try:
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            f = line.split()
+            if f"{f[0]} {f[1]} " == want:
+                return int(f[3]), int(f[6]), int(f[7]), int(f[10])
+    except (OSError, IndexError, ValueError):
+        return None
+    return None
 
 
 def _daemon_child() -> None:
@@ -277,6 +301,13 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     progress: list[tuple[float, int]] = []
     waits = SqlWaits(poll_cur) if SQL_WAITS[0] else None
     history: list[tuple[float, int]] = []
+    disk: list[tuple[float, int, int, int, int]] = []
+    # The SQL thread's split, sampled by the benchmark itself in every run, cold ones too
+    # (lagd's gate trace has it only for runs with lagd): (seconds since start, cumulative
+    # seconds per state) twice a second.
+    split: list[tuple[float, dict[str, float]]] = []
+    sampler = StallMonitor()
+    looked = 0.0
 
     def history_len() -> int:
         poll_cur.execute(history_length_sql(mariadb=True))  # as lagd reads it
@@ -290,6 +321,18 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
             waits.sample(time.monotonic() - t0)
         if not history or time.monotonic() - t0 - history[-1][0] >= 0.5:
             history.append((round(time.monotonic() - t0, 2), history_len()))
+            counts = _disk_counts(rep.datadir)
+            if counts is not None:
+                disk.append((history[-1][0], *counts))
+            if not sampler.wanted and time.monotonic() - looked >= 1.0:
+                looked = time.monotonic()
+                poll_cur.execute(stall.appliers_sql(mariadb=True))
+                tids = stall.applier_tids(poll_cur.fetchall())
+                if tids:
+                    sampler.set_threads(tids)
+                    sampler.start()
+            if sampler.wanted:
+                split.append((history[-1][0], {k: round(v, 3) for k, v in sampler.totals().items()}))
         st = slave_status()
         now = time.monotonic() - t0
         pos = int(st["Exec_Master_Log_Pos"])
@@ -303,6 +346,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
             raise RuntimeError(f"the SQL thread stopped: {st['Last_SQL_Error']}")
         time.sleep(0.05)
     seconds = time.monotonic() - t0
+    sampler.stop()
     if waits is not None:
         waits.sample(seconds, force=True)
     # The catch-up is over when the SQL thread is, but the work it leaves to purge
@@ -342,7 +386,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         snap = prefetch_runner.stop(child)
     progress.append((round(seconds, 2), len(ends)))
     return Run(workload, mode, seconds, rows, reads, cpu, lag, snap, server_cpu, server_io, progress,
-               history, purged, waits.deltas if waits is not None else None)
+               history, purged, disk or None, split or None, waits.deltas if waits is not None else None)
 
 
 class SqlWaits:
@@ -625,6 +669,8 @@ def run_record(r: Run) -> dict[str, Any]:
             "pool_reads": r.pool_reads, "lagd_cpu_s": r.lagd_cpu, "server_cpu_s": round(r.server_cpu, 2),
             "server_io": r.server_io, "prefetch": r.prefetch, "progress": r.progress,
             "history": r.history, "purged_s": round(r.purged_seconds, 2) if r.purged_seconds else None,
+            **({"disk": r.disk} if r.disk is not None else {}),
+            **({"split": r.split} if r.split is not None else {}),
             **({"waits": r.waits} if r.waits is not None else {})}
 
 
@@ -632,7 +678,7 @@ def load_run(d: dict[str, Any], changes: int) -> Run:
     # Runs saved before statements were counted have 0 rows: the setup's changes, one a statement.
     return Run(d["workload"], d["mode"], d["seconds"], d["rows"] or changes, d["pool_reads"],
                d["lagd_cpu_s"], [], d["prefetch"], d["server_cpu_s"], d["server_io"], d.get("progress"),
-               d.get("history"), d.get("purged_s"), d.get("waits"))
+               d.get("history"), d.get("purged_s"), d.get("disk"), d.get("split"), d.get("waits"))
 
 
 def gate_summary(r: Run) -> str:

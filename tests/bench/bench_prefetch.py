@@ -343,6 +343,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
         if pos >= target:
             break
         if st["Slave_SQL_Running"] != "Yes":
+            sampler.stop()  # else its thread outlives the run, reading /proc 50 times a second
             raise RuntimeError(f"the SQL thread stopped: {st['Last_SQL_Error']}")
         time.sleep(0.05)
     seconds = time.monotonic() - t0

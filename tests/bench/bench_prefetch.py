@@ -121,7 +121,7 @@ class Run:
     history: list[tuple[float, int]] | None = None
     purged_seconds: float | None = None
     # (seconds since start, reads, ms reading, writes, ms writing) of the datadir's block
-    # device, cumulative, twice a second (_disk_counts): the disk's latency through the run
+    # device, cumulative, twice a second (disk_counts): the disk's latency through the run
     disk: list[tuple[float, int, int, int, int]] | None = None
     # (seconds since start, {state: cumulative seconds}) of the SQL thread, twice a second,
     # sampled by the benchmark in every run (stall.StallMonitor), cold ones too
@@ -172,20 +172,18 @@ def _machine_busy() -> tuple[float, float, float]:
     return (sum(v) - idle) / tick, sum(v) / tick, (v[7] if len(v) > 7 else 0) / tick
 
 
-def _disk_counts(path: Path) -> tuple[int, int, int, int] | None:
-    """(reads, ms reading, writes, ms writing) so far of the block device holding ``path``
-    (/proc/diskstats), or None where it is not listed. A slow stretch of one run (the
-    SQL thread's reads longer while alone) reads here as the disk's own latency."""
+def disk_counts(path: Path) -> tuple[int, int, int, int]:
+    """(reads completed, ms spent reading, writes completed, ms spent writing) so far of
+    the block device holding ``path``, from /proc/diskstats. A slow stretch of one run
+    (the SQL thread's reads longer while alone) reads here as the disk's own latency."""
     dev = os.stat(path).st_dev
-    want = f"{os.major(dev)} {os.minor(dev)} "
-    try:
-        for line in Path("/proc/diskstats").read_text().splitlines():
-            f = line.split()
-            if f"{f[0]} {f[1]} " == want:
-                return int(f[3]), int(f[6]), int(f[7]), int(f[10])
-    except (OSError, IndexError, ValueError):
-        return None
-    return None
+    major, minor = os.major(dev), os.minor(dev)
+    lines = [line.split() for line in Path("/proc/diskstats").read_text().splitlines()]
+    f = next((f for f in lines if int(f[0]) == major and int(f[1]) == minor), None)
+    if f is None:
+        # A partition's numbers are not listed under a device-mapper or overlay id: the first disk.
+        f = next(f for f in lines if not f[2].startswith(("loop", "ram")))
+    return int(f[3]), int(f[6]), int(f[7]), int(f[10])
 
 
 def _daemon_child() -> None:
@@ -316,38 +314,37 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
             raise RuntimeError("the replica's purge history length cannot be read (INNODB_METRICS)")
         return n
 
-    while True:
-        if waits is not None:
-            waits.sample(time.monotonic() - t0)
-        if not history or time.monotonic() - t0 - history[-1][0] >= 0.5:
-            history.append((round(time.monotonic() - t0, 2), history_len()))
-            counts = _disk_counts(rep.datadir)
-            if counts is not None:
-                disk.append((history[-1][0], *counts))
-            if not sampler.wanted and time.monotonic() - looked >= 1.0:
-                looked = time.monotonic()
-                poll_cur.execute(stall.appliers_sql(mariadb=True))
-                tids = stall.applier_tids(poll_cur.fetchall())
-                if tids:
-                    sampler.set_threads(tids)
-                    sampler.start()
-            if sampler.wanted:
-                split.append((history[-1][0], {k: round(v, 3) for k, v in sampler.totals().items()}))
-        st = slave_status()
-        now = time.monotonic() - t0
-        pos = int(st["Exec_Master_Log_Pos"])
-        i = bisect.bisect_right(ends, pos)
-        lag.append((now, newest - times[i] if i < len(times) else 0.0))
-        if not progress or now - progress[-1][0] >= 0.25:
-            progress.append((round(now, 2), i))
-        if pos >= target:
-            break
-        if st["Slave_SQL_Running"] != "Yes":
-            sampler.stop()  # else its thread outlives the run, reading /proc 50 times a second
-            raise RuntimeError(f"the SQL thread stopped: {st['Last_SQL_Error']}")
-        time.sleep(0.05)
+    try:
+        while True:
+            if waits is not None:
+                waits.sample(time.monotonic() - t0)
+            if not history or time.monotonic() - t0 - history[-1][0] >= 0.5:
+                history.append((round(time.monotonic() - t0, 2), history_len()))
+                disk.append((history[-1][0], *disk_counts(rep.datadir)))
+                if not sampler.wanted and time.monotonic() - looked >= 1.0:
+                    looked = time.monotonic()
+                    poll_cur.execute(stall.appliers_sql(mariadb=True))
+                    tids = stall.applier_tids(poll_cur.fetchall())
+                    if tids:
+                        sampler.set_threads(tids)
+                        sampler.start()
+                if sampler.wanted:
+                    split.append((history[-1][0], {k: round(v, 3) for k, v in sampler.totals().items()}))
+            st = slave_status()
+            now = time.monotonic() - t0
+            pos = int(st["Exec_Master_Log_Pos"])
+            i = bisect.bisect_right(ends, pos)
+            lag.append((now, newest - times[i] if i < len(times) else 0.0))
+            if not progress or now - progress[-1][0] >= 0.25:
+                progress.append((round(now, 2), i))
+            if pos >= target:
+                break
+            if st["Slave_SQL_Running"] != "Yes":
+                raise RuntimeError(f"the SQL thread stopped: {st['Last_SQL_Error']}")
+            time.sleep(0.05)
+    finally:
+        sampler.stop()  # else its thread outlives the run, reading /proc 50 times a second
     seconds = time.monotonic() - t0
-    sampler.stop()
     if waits is not None:
         waits.sample(seconds, force=True)
     # The catch-up is over when the SQL thread is, but the work it leaves to purge

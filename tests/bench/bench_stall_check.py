@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import random
 import subprocess
 import time
@@ -33,22 +32,9 @@ from typing import Any
 from lagd.prefetch import stall
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from tests.bench import prefetch_runner
+from tests.bench.bench_prefetch import disk_counts
 from tests.bench.sched_trace import PerfTrace, split
 from tests.integration.test_relaylog_sandbox import wait_received
-
-
-def diskstats_for(path: Path) -> tuple[float, float]:
-    """(reads completed, ms spent reading) of the block device holding ``path``."""
-    dev = os.stat(path).st_dev
-    major, minor = os.major(dev), os.minor(dev)
-    for line in Path("/proc/diskstats").read_text().splitlines():
-        f = line.split()
-        if int(f[0]) == major and int(f[1]) == minor:
-            return float(f[3]), float(f[6])
-    # A partition's numbers are not listed under a device-mapper or overlay id: the first disk.
-    f = next(line.split() for line in Path("/proc/diskstats").read_text().splitlines()
-             if not line.split()[2].startswith(("loop", "ram")))
-    return float(f[3]), float(f[6])
 
 
 def start_engine(sb: Sandbox) -> subprocess.Popen[str]:
@@ -94,7 +80,7 @@ def main() -> None:
         sb.start_io_thread()
         wait_received(sb)
         datadir = Path(sb.replica().datadir)
-        reads0, disk0 = pool_reads(sb), diskstats_for(datadir)
+        reads0, disk0 = pool_reads(sb), disk_counts(datadir)[:2]
         mon = stall.StallMonitor()
         engine = start_engine(sb) if args.prefetch else None
         engine_out: dict[str, Any] = {}
@@ -121,7 +107,7 @@ def main() -> None:
             if args.keep_trace:
                 args.keep_trace.write_text("\n".join(lines) + "\n")
             traced = split(lines, tids, t0, t1)
-        reads1, disk1 = pool_reads(sb), diskstats_for(datadir)
+        reads1, disk1 = pool_reads(sb), disk_counts(datadir)[:2]
         if engine is not None:
             counters = engine_out.get("counters", {})
             print(f"prefetch: {counters.get('probes_submitted')} probes, {counters.get('rows_probed')} keys,"

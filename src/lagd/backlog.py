@@ -16,9 +16,10 @@ to within that span.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lagd.relaylog import RelayPosition, TransactionEnd, TransactionStart
+from lagd.relaylog import RelayPosition, Resynced, TransactionEnd, TransactionStart
 
 BUCKET_TRX = 32
 BUCKET_SPAN = 0.25  # seconds of source time
@@ -53,7 +54,6 @@ class Backlog:
     def __init__(self) -> None:
         self._buckets: collections.deque[_Bucket] = collections.deque()
         self._open: _Bucket | None = None  # bucket of the transaction being read
-        self._trx_rows = 0
         self._trx_commit: float | None = None
         self.transactions = self.bytes = self.rows = 0
         self.applied_transactions = self.applied_rows = self.applied_bytes = 0
@@ -64,29 +64,37 @@ class Backlog:
 
     # ----- feeding (the look-ahead reader) --------------------------------
 
-    def start(self, e: TransactionStart) -> None:
-        self._trx_commit = e.commit_time
-        self._trx_rows = 0
-
-    def row(self) -> None:
-        self._trx_rows += 1
-
-    def end(self, e: TransactionEnd) -> None:
-        commit = self._trx_commit if self._trx_commit is not None else 0.0
-        b = self._buckets[-1] if self._buckets else None
-        if (b is None or b.transactions >= BUCKET_TRX or commit - b.first_commit > BUCKET_SPAN
-                or e.rows > 1000 or b.rows > 1000):
-            b = _Bucket(commit, commit)
-            self._buckets.append(b)
-        b.last_commit = commit
-        b.end_file, b.end_offset = e.relay_file, e.relay_offset
-        b.transactions += 1
-        b.rows += e.rows
-        b.bytes += e.size
-        self.transactions += 1
-        self.rows += e.rows
-        self.bytes += e.size
-        self._trx_commit = None
+    def feed(self, events: Iterable[object]) -> bool:
+        """One batch of the look-ahead reader, in order; True when the reader jumped in it
+        (a Resynced: its relay log was purged under it), and this starts again from there."""
+        resynced = False
+        buckets = self._buckets
+        for e in events:
+            t = type(e)
+            if t is TransactionStart:
+                self._trx_commit = e.commit_time  # type: ignore[attr-defined]
+            elif t is TransactionEnd:
+                # Inline: once per transaction of the whole backlog, in the event loop.
+                commit = self._trx_commit if self._trx_commit is not None else 0.0
+                rows, size = e.rows, e.size  # type: ignore[attr-defined]
+                b = buckets[-1] if buckets else None
+                if (b is None or b.transactions >= BUCKET_TRX or commit - b.first_commit > BUCKET_SPAN
+                        or rows > 1000 or b.rows > 1000):
+                    b = _Bucket(commit, commit)
+                    buckets.append(b)
+                b.last_commit = commit
+                b.end_file, b.end_offset = e.relay_file, e.relay_offset  # type: ignore[attr-defined]
+                b.transactions += 1
+                b.rows += rows
+                b.bytes += size
+                self.transactions += 1
+                self.rows += rows
+                self.bytes += size
+                self._trx_commit = None
+            elif t is Resynced:
+                self.reset()
+                resynced = True
+        return resynced
 
     def reset(self) -> None:
         """The reader jumped (relay log purged under it): start again from its new place."""

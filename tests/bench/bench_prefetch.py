@@ -207,14 +207,22 @@ def _user_sys(stat: str) -> tuple[float, float]:
     return int(fields[11]) / tick, int(fields[12]) / tick
 
 
-def _cpu_split(pid: int) -> tuple[float, float, float]:
-    """The daemon's (user, system, event loop) CPU seconds so far: the event loop is
-    its main thread (probes, polls, the engine's accounting); the rest, the relay-log
-    cursor's thread and the stall sampler's, is the difference. Read from /proc, not
-    a profiler: a sampling profiler counts as the loop's the time lagd (nice 10) waits
-    for a core after each probe it sends wakes a server thread."""
+def _cpu_split(pid: int) -> tuple[float, float, dict[str, float]]:
+    """The daemon's user and system CPU seconds so far, and each of its threads' by
+    the name lagd gives it (lagd.threadname; the event loop is the main thread:
+    probes, polls, the engine's accounting, the look-ahead tail). Read from /proc,
+    not a profiler: a sampling profiler counts as the loop's the time lagd (nice 10)
+    waits for a core after each probe it sends wakes a server thread. Threads that
+    ended are in neither (their CPU is the process's "other")."""
     user, system = _user_sys(f"/proc/{pid}/stat")
-    return user, system, sum(_user_sys(f"/proc/{pid}/task/{pid}/stat"))
+    threads: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = "event_loop" if task.name == str(pid) else (task / "comm").read_text().strip()
+            threads[name] = threads.get(name, 0.0) + sum(_user_sys(str(task / "stat")))
+        except OSError:  # the thread ended between the listing and the read
+            continue
+    return user, system, threads
 
 
 # Pages read = buffer_pool_reads (a page wanted now) + read_ahead (InnoDB guessed it);
@@ -375,10 +383,12 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     cpu = snap = None
     if daemon is not None:
         cpu = _cpu_seconds(daemon.pid) - cpu0
-        user, system, loop = (b - a for a, b in zip(split0, _cpu_split(daemon.pid), strict=True))
+        user1, system1, threads1 = _cpu_split(daemon.pid)
+        user, system = user1 - split0[0], system1 - split0[1]
+        threads = {k: round(v - split0[2].get(k, 0.0), 2) for k, v in threads1.items()}
         snap = daemon.finish()
-        snap["cpu_split"] = {"user": round(user, 2), "system": round(system, 2),
-                             "event_loop": round(loop, 2), "other_threads": round(user + system - loop, 2)}
+        snap["cpu_split"] = {"user": round(user, 2), "system": round(system, 2), **threads,
+                             "other_threads": round(user + system - sum(threads.values()), 2)}
     if child is not None:
         cpu = _cpu_seconds(child.pid) - cpu0
         snap = prefetch_runner.stop(child)

@@ -28,10 +28,6 @@ from lagd.relaylog import (
     LogFiles,
     RelayLogReader,
     RelayPosition,
-    Resynced,
-    RowChange,
-    TransactionEnd,
-    TransactionStart,
 )
 from lagd.sandbox.pair import Sandbox
 from tests.integration.test_relaylog_sandbox import sql_position, wait_received
@@ -137,16 +133,7 @@ class Tail:
     def read_all(self) -> None:
         while True:
             batch = self.reader.read(256 * 1024)
-            for e in batch:
-                t = type(e)
-                if t is RowChange:
-                    self.backlog.row()
-                elif t is TransactionStart:
-                    self.backlog.start(e)  # type: ignore[arg-type]
-                elif t is TransactionEnd:
-                    self.backlog.end(e)  # type: ignore[arg-type]
-                elif t is Resynced:
-                    self.backlog.reset()
+            self.backlog.feed(batch)
             self.adv.feed(batch, self.reader.position)
             if not batch and self.reader.at_tail:
                 return

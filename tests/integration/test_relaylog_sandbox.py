@@ -22,8 +22,10 @@ from lagd.relaylog import (
     Resynced,
     RowChange,
     RowKind,
+    TableMapResolver,
     TransactionEnd,
     TransactionStart,
+    decoder,
 )
 from lagd.sandbox.pair import Sandbox
 
@@ -221,3 +223,61 @@ def test_small_chunks_give_the_same_events(sandbox: Sandbox, schema: str, chunk:
         rows = [e for e in read_all(reader) if isinstance(e, RowChange)]
         assert [e.key for e in rows] == [(i,) for i in range(300)] + [(i,) for i in range(0, 300, 3)]
         reader.close()
+
+
+@pytest.mark.parametrize("values", [True, False])
+def test_the_c_loop_gives_the_python_paths_events_over_several_tables(
+        sandbox: Sandbox, schema: str, values: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The C loop keeps its last table map, rows-event lookups and one-table set from
+    one transaction to the next: transactions that switch tables, column bitmaps
+    (MINIMAL row images beside FULL ones) and foreign-key checks between them must
+    decode exactly as the Python path decodes them, every transaction's tables included."""
+    for stmt in ("CREATE TABLE a (id INT PRIMARY KEY, k INT, v VARCHAR(20), KEY k_idx (k))",
+                 "CREATE TABLE b (id INT PRIMARY KEY, a_id INT, KEY a_idx (a_id))"):
+        sandbox.source.query(stmt, db=schema)
+    sandbox.wait_caught_up(timeout=60)
+    with sandbox.sql_thread_stopped():
+        start = sql_position(sandbox)
+        with sandbox.source.connect(db=schema) as conn, conn.cursor() as cur:
+            for i in range(1, 41):
+                cur.execute(f"SET SESSION binlog_row_image = '{'MINIMAL' if i % 3 == 0 else 'FULL'}'")
+                cur.execute(f"SET SESSION foreign_key_checks = {i % 2}")
+                cur.execute("BEGIN")
+                cur.execute(f"INSERT INTO a VALUES ({i}, {i}, 'x')")
+                if i % 2 == 0:
+                    cur.execute(f"INSERT INTO b VALUES ({i}, {i})")
+                if i % 4 == 0:
+                    cur.execute(f"UPDATE a SET v = 'y' WHERE id = {i}")
+                cur.execute("COMMIT")
+                if i % 5 == 0:
+                    cur.execute(f"UPDATE b SET a_id = a_id + 1 WHERE id = {i}")
+            cur.execute("SET SESSION binlog_row_image = 'FULL'")
+        wait_received(sandbox)
+
+    if decoder.fast_transactions is None:
+        pytest.skip("C accelerator not built")
+    taken: list[int] = []
+
+    def counted(*args: Any) -> Any:
+        out = fast(*args)
+        taken.append(out[4])
+        return out
+
+    fast = decoder.fast_transactions
+    monkeypatch.setattr(decoder, "fast_transactions", counted)
+
+    def events(accelerated: bool) -> list[Any]:
+        reader = RelayLogReader(LogFiles(sandbox.relay_log_index()), start, TableMapResolver(),
+                                values=values)
+        reader.decoder.accelerated = accelerated
+        try:
+            return read_all(reader)
+        finally:
+            reader.close()
+
+    c_loop, python = events(True), events(False)
+    assert c_loop == python
+    ends = [e for e in c_loop if isinstance(e, TransactionEnd) and any(schema in t for t in e.tables)]
+    assert len(ends) == 44  # 40 transactions, and 4 UPDATEs of b's even ids
+    assert {len(e.tables) for e in ends} == {1, 2}
+    assert sum(taken) >= 30, "the C loop took most transactions (a table's first is Python's)"

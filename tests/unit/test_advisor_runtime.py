@@ -86,16 +86,7 @@ class Replica:
         return ev, RelayPosition(RELAY, start), RelayPosition(RELAY, self.offset)
 
     def feed(self, events: list[Any], at: RelayPosition | None = None) -> None:
-        b = self.backlog
-        for e in events:
-            if type(e) is RowChange:
-                b.row()
-            elif type(e) is TransactionStart:
-                b.start(e)
-            elif type(e) is TransactionEnd:
-                b.end(e)
-            elif type(e) is Resynced:
-                b.reset()
+        self.backlog.feed(events)
         self.adv.feed(events, at or RelayPosition(RELAY, self.offset))
 
     def poll(self, pos: RelayPosition, state: ReplicaState = ReplicaState.APPLYING, dt: float = 1.0,

@@ -248,7 +248,7 @@ def test_rows_after_a_ddl_are_not_probed_until_the_sql_thread_has_applied_it() -
     asyncio.run(eng._read(1 << 16))
     assert [(p.table) for p in pool.submitted] == ["t", "u", "u"]
     assert eng.counters.skipped == {"schema_pending": 1}
-    assert reader.threads == ["lagd-prefetch-cursor"]  # off the event loop
+    assert reader.threads == ["lagd-cursor"]  # off the event loop
 
     eng._follow_schema((SEQ, 500), moved_back=False)
     assert eng.gate.held("s.t") and reader.decoder.invalidated == [] and pool.dropped == 0

@@ -150,6 +150,7 @@ class Lookahead:
         self._coming: deque[TransactionSummary] = deque()
         # The transaction being read; _reset_open() clears these.
         self._open: TransactionStart | None = None
+        self._rare = False  # one of the fields _reset_rare clears was set
         self._rows = 0
         self._kind: RowKind | None = None
         self._mixed = False
@@ -181,6 +182,7 @@ class Lookahead:
             elif type(ev) is TransactionEnd:
                 self._end(ev)
             elif type(ev) is RowsQuery:
+                self._rare = True
                 self._queries += 1
                 if self._text is None:
                     self._text = ev.sql[: self.config.statement_chars]
@@ -205,9 +207,17 @@ class Lookahead:
         self._open = None
         self._rows = 0
         self._kind = None
-        self._mixed = False
         self._table = None
-        self._tables = []
+        if self._tables:
+            self._tables.clear()  # read only by _summary, which made its own tuple
+        if self._rare:
+            self._reset_rare()
+
+    def _reset_rare(self) -> None:
+        """What only a statement, a Rows_query event or a second kind of row sets: most
+        transactions of a row-based backlog set none, and skip this."""
+        self._rare = False
+        self._mixed = False
         self._queries = 0
         self._sql_statements = 0
         self._text = None
@@ -227,7 +237,7 @@ class Lookahead:
         if self._kind is None:
             self._kind = ev.kind
         elif ev.kind is not self._kind:
-            self._mixed = True
+            self._rare = self._mixed = True
             self._kind = ev.kind  # so that only the next change comes back here
         if ev.table is not self._table:
             if len(self._tables) < self.config.max_tables:
@@ -235,6 +245,7 @@ class Lookahead:
             self._table = ev.table
 
     def _sql(self, sql: str, exec_time: int | None, schema: str | None) -> None:
+        self._rare = True
         self._sql_statements += 1
         if self._text is None:
             self._text = sql[: self.config.statement_chars]

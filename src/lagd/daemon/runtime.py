@@ -55,9 +55,6 @@ from lagd.relaylog import (
     RelayLogError,
     RelayPosition,
     Resynced,
-    RowChange,
-    TransactionEnd,
-    TransactionStart,
 )
 
 log = logging.getLogger("lagd")
@@ -614,21 +611,12 @@ class Runtime:
             gen = self._gen
             files = {reader.position.file}
             batch = reader.read(READ_CHUNK)
-            for e in batch:
-                t = type(e)
-                if t is RowChange:
-                    backlog.row()
-                elif t is TransactionStart:
-                    backlog.start(e)  # type: ignore[arg-type]
-                elif t is TransactionEnd:
-                    backlog.end(e)  # type: ignore[arg-type]
-                elif t is Resynced:
-                    # The reader jumped to the SQL thread by itself (its file was purged).
-                    backlog.reset()
-                    self._gen += 1
-                    gen = self._gen
-                    self._unknown_why = "the look-ahead reader resynced to the SQL thread"
-                    self._seen, files = set(), set()
+            if backlog.feed(batch):
+                # The reader jumped to the SQL thread by itself (its file was purged).
+                self._gen += 1
+                gen = self._gen
+                self._unknown_why = "the look-ahead reader resynced to the SQL thread"
+                self._seen, files = set(), set()
             if gen == self._gen:
                 files.add(reader.position.file)
                 self._seen |= files

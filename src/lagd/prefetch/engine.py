@@ -216,7 +216,7 @@ class PrefetchEngine:
         self._ddl: list[tuple[str, ...] | None] = []
         self._schema_stale: set[str] = set()  # probes failed on them: drop their definitions
         self._read_budget = 0  # bytes _step asks the loop to read off the loop thread
-        self._cursor = OneThread("lagd-prefetch-cursor")
+        self._cursor = OneThread("lagd-cursor")
         # The fast gate (control.stall_gate): about a second of the SQL thread's own time.
         self.stall = stall_monitor if tuning.adaptive else None
         # Shared: the daemon starts it and finds the threads; the engine only reads it.

@@ -9,6 +9,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from lagd.threadname import name_this_thread
+
 
 class OneThread:
     """``await one.call(fn, *args)`` runs ``fn`` in this object's own daemon thread.
@@ -49,6 +51,7 @@ class OneThread:
             last()
 
     def _main(self) -> None:
+        name_this_thread(self.name)
         while True:
             item = self._queue.get()
             if item is None:

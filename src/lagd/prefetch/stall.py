@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lagd.prefetch import control
+from lagd.threadname import name_this_thread
 
 T = TypeVar("T")
 
@@ -557,6 +558,7 @@ class StallMonitor:
             self.hz = hz
 
         def loop() -> None:
+            name_this_thread("lagd-stall")
             _yield_to_the_server()
             try:
                 while not self._stop.wait(1.0 / sampling_hz(len(self._wanted), self.budget, self.hz)):

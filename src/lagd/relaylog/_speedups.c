@@ -378,6 +378,123 @@ walk_rows(const unsigned char *buf, Py_ssize_t q, Py_ssize_t body_end, PyObject 
     return q;
 }
 
+/* One call's memory of its last lookups. The pointers into the buffer stay
+   valid for the call (it holds the bytes object); the objects are held here,
+   not borrowed, so that nothing the decoders run can free them. */
+typedef struct {
+    const unsigned char *map_at; /* the last TABLE_MAP body, and the table it named */
+    Py_ssize_t map_len;
+    PyObject *map_td;
+    uint64_t map_tid;
+    PyObject *rows_td; /* the last rows event's table */
+    int rows_kind, rows_unchecked;
+    const unsigned char *rows_at; /* its column bitmaps, and what they looked up */
+    Py_ssize_t rows_len;
+    PyObject *im1, *im2, *info, *qualified;
+    int probeable;
+    PyObject *one_table, *one_frozen; /* the last single-table transaction's frozenset */
+    PyObject *no_tables;
+} lookup_cache;
+
+static void
+cache_rows_clear(lookup_cache *c)
+{
+    Py_CLEAR(c->rows_td);
+    Py_CLEAR(c->im1);
+    Py_CLEAR(c->im2);
+    Py_CLEAR(c->info);
+    Py_CLEAR(c->qualified);
+}
+
+static void
+cache_clear(lookup_cache *c)
+{
+    Py_CLEAR(c->map_td);
+    cache_rows_clear(c);
+    Py_CLEAR(c->one_table);
+    Py_CLEAR(c->one_frozen);
+    Py_CLEAR(c->no_tables);
+}
+
+/* A rows event's image decoders (or, without values, skip layouts) for its
+   column bitmaps, its table's info (as unchecked under NO_FOREIGN_KEY_CHECKS_F,
+   decoder.py), qualified name and probeable flag, into the cache. 0; -1 with
+   an error set, or -1 without one where the fast path does not apply. */
+static int
+rows_lookup(lookup_cache *c, PyObject *td, const unsigned char *maps, Py_ssize_t nb, int kind,
+            int unchecked, int values)
+{
+    cache_rows_clear(c);
+    PyObject *lookup = PyObject_GetAttr(td, values ? str_images : str_skips);
+    if (lookup == NULL)
+        return -1;
+    PyObject *k1 = PyBytes_FromStringAndSize((const char *)maps, nb);
+    PyObject *k2 = kind == 1 ? PyBytes_FromStringAndSize((const char *)maps + nb, nb) : NULL;
+    PyObject *im1 = k1 ? PyDict_GetItemWithError(lookup, k1) : NULL;
+    PyObject *im2 = (kind == 1 && k2) ? PyDict_GetItemWithError(lookup, k2) : NULL;
+    Py_XDECREF(k1);
+    Py_XDECREF(k2);
+    Py_XINCREF(im1);
+    Py_XINCREF(im2);
+    Py_DECREF(lookup);
+    if (PyErr_Occurred() || im1 == NULL || (kind == 1 && im2 == NULL)
+        || (!values && (!PyBytes_Check(im1) || (im2 != NULL && !PyBytes_Check(im2))))) {
+        Py_XDECREF(im1);
+        Py_XDECREF(im2);
+        return -1;
+    }
+    PyObject *info = PyObject_GetAttr(td, unchecked ? str_unchecked : str_info);
+    PyObject *qualified = PyObject_GetAttr(td, str_qualified);
+    PyObject *probeable = PyObject_GetAttr(td, str_probeable);
+    int is_probeable = probeable ? PyObject_IsTrue(probeable) : -1;
+    Py_XDECREF(probeable);
+    if (!(info && qualified) || is_probeable < 0) {
+        /* As a decoding trouble: the Python path's to report. */
+        PyErr_Clear();
+        Py_XDECREF(info); Py_XDECREF(qualified); Py_DECREF(im1); Py_XDECREF(im2);
+        return -1;
+    }
+    c->rows_td = Py_NewRef(td);
+    c->rows_kind = kind;
+    c->rows_unchecked = unchecked;
+    c->rows_at = maps;
+    c->rows_len = nb * (kind == 1 ? 2 : 1);
+    c->im1 = im1;
+    c->im2 = im2;
+    c->info = info;
+    c->qualified = qualified;
+    c->probeable = is_probeable;
+    return 0;
+}
+
+/* The frozenset of a transaction's tables: one new set only for several; the
+   last one-table set again while transactions keep to the same table. */
+static PyObject *
+tables_of(lookup_cache *c, PyObject *single, PyObject *tables)
+{
+    if (tables != NULL)
+        return PyFrozenSet_New(tables);
+    if (single == NULL) {
+        if (c->no_tables == NULL && (c->no_tables = PyFrozenSet_New(NULL)) == NULL)
+            return NULL;
+        return Py_NewRef(c->no_tables);
+    }
+    if (c->one_table != single) {
+        PyObject *set = PySet_New(NULL);
+        if (set == NULL || PySet_Add(set, single) < 0) {
+            Py_XDECREF(set);
+            return NULL;
+        }
+        PyObject *frozen = PyFrozenSet_New(set);
+        Py_DECREF(set);
+        if (frozen == NULL)
+            return NULL;
+        Py_XSETREF(c->one_frozen, frozen);
+        Py_XSETREF(c->one_table, Py_NewRef(single));
+    }
+    return Py_NewRef(c->one_frozen);
+}
+
 /*
  * fast_transactions(buf, pos, end, base, crc_len, verify, tid_len, query_ph,
  *                   definitions, file, source_file, out,
@@ -424,6 +541,11 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return Py_BuildValue("(nnnnn)", pos, (Py_ssize_t)0, (Py_ssize_t)0, (Py_ssize_t)0, (Py_ssize_t)0);
 
     Py_ssize_t n_events = 0, n_rows = 0, n_unprobeable = 0, n_trx = 0;
+    /* What the last table map and the last rows event looked up, kept for this
+       call: a catch-up maps the same few tables in transaction after
+       transaction, and each lookup first copies bytes into a new object to
+       hash them (see cache_clear). */
+    lookup_cache c = {0};
 
     for (;;) {
         /* ---- one transaction; on any surprise, roll back to trx_pos ---- */
@@ -436,9 +558,7 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         int have_insert_id = 0;  /* an Intvar INSERT_ID for the next Query event */
         uint64_t insert_id = 0;
 
-        tables = PySet_New(NULL);
-        if (tables == NULL)
-            return NULL;
+        PyObject *single = NULL; /* the one table so far; a set only past one */
 
         while (!done && !failed) {
             if (p + 19 > end) { failed = 1; break; }
@@ -532,19 +652,31 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 Py_DECREF(ev);
                 if (rc < 0) goto error;
             } else if (typ == 19) { /* TABLE_MAP */
-                PyObject *key = PyBytes_FromStringAndSize((const char *)buf + body, body_end - body);
-                if (key == NULL) goto error;
-                PyObject *td = PyDict_GetItemWithError(definitions, key);
-                Py_DECREF(key);
-                if (td == NULL) {
+                PyObject *td;
+                uint64_t tid;
+                if (c.map_td != NULL && body_end - body == c.map_len
+                    && memcmp(buf + body, c.map_at, (size_t)c.map_len) == 0) {
+                    td = c.map_td;
+                    tid = c.map_tid;
+                } else {
+                    PyObject *key = PyBytes_FromStringAndSize((const char *)buf + body, body_end - body);
+                    if (key == NULL) goto error;
+                    td = PyDict_GetItemWithError(definitions, key);
+                    Py_DECREF(key);
+                    if (td == NULL) {
+                        if (PyErr_Occurred()) goto error;
+                        failed = 1; break;
+                    }
+                    PyObject *tid_obj = PyObject_GetAttr(td, str_table_id);
+                    if (tid_obj == NULL) goto error;
+                    tid = PyLong_AsUnsignedLongLong(tid_obj);
+                    Py_DECREF(tid_obj);
                     if (PyErr_Occurred()) goto error;
-                    failed = 1; break;
+                    Py_XSETREF(c.map_td, Py_NewRef(td));
+                    c.map_at = buf + body;
+                    c.map_len = body_end - body;
+                    c.map_tid = tid;
                 }
-                PyObject *tid_obj = PyObject_GetAttr(td, str_table_id);
-                if (tid_obj == NULL) goto error;
-                uint64_t tid = PyLong_AsUnsignedLongLong(tid_obj);
-                Py_DECREF(tid_obj);
-                if (PyErr_Occurred()) goto error;
                 int k;
                 for (k = 0; k < nslots && slots[k].id != tid; k++)
                     ;
@@ -578,44 +710,39 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                     ;
                 if (k == nslots) { failed = 1; break; }
                 PyObject *td = slots[k].td;
-                /* The row images' decoders, or without values their skip layouts. */
-                PyObject *lookup = PyObject_GetAttr(td, values ? str_images : str_skips);
-                if (lookup == NULL) goto error;
-                PyObject *k1 = PyBytes_FromStringAndSize((const char *)buf + q, nb);
-                PyObject *k2 = kind == 1 ? PyBytes_FromStringAndSize((const char *)buf + q + nb, nb) : NULL;
-                q += nb * (kind == 1 ? 2 : 1);
-                PyObject *im1 = k1 ? PyDict_GetItemWithError(lookup, k1) : NULL;
-                PyObject *im2 = (kind == 1 && k2) ? PyDict_GetItemWithError(lookup, k2) : NULL;
-                Py_XDECREF(k1);
-                Py_XDECREF(k2);
-                Py_XINCREF(im1);
-                Py_XINCREF(im2);
-                Py_DECREF(lookup);
-                if (PyErr_Occurred()) { Py_XDECREF(im1); Py_XDECREF(im2); goto error; }
-                if (im1 == NULL || (kind == 1 && im2 == NULL)
-                    || (!values && (!PyBytes_Check(im1) || (im2 != NULL && !PyBytes_Check(im2))))) {
-                    Py_XDECREF(im1);
-                    Py_XDECREF(im2);
-                    failed = 1;
-                    break;
+                Py_ssize_t maps = nb * (kind == 1 ? 2 : 1);
+                int unchecked = (rflags & 2) != 0;
+                if (!(c.rows_td == td && c.rows_kind == kind && c.rows_unchecked == unchecked
+                      && c.rows_len == maps && memcmp(buf + q, c.rows_at, (size_t)maps) == 0)) {
+                    if (rows_lookup(&c, td, buf + q, nb, kind, unchecked, values) < 0) {
+                        if (PyErr_Occurred()) goto error;
+                        failed = 1;
+                        break;
+                    }
                 }
-                /* NO_FOREIGN_KEY_CHECKS_F: the table as if it had no foreign keys (decoder.py). */
-                PyObject *info = PyObject_GetAttr(td, (rflags & 2) ? str_unchecked : str_info);
-                PyObject *qualified = PyObject_GetAttr(td, str_qualified);
-                PyObject *probeable = PyObject_GetAttr(td, str_probeable);
+                q += maps;
+                PyObject *im1 = c.im1, *im2 = c.im2, *info = c.info, *qualified = c.qualified;
                 PyObject *kind_obj = PyTuple_GET_ITEM(kinds, kind);
                 Py_ssize_t n = 0;
-                if (!(info && qualified && probeable))
-                    q = -1;
-                else if (values)
+                if (values)
                     q = decode_rows(buf, p, q, body_end, im1, im2, kind, info, kind_obj, new_row, out, &n);
                 else
                     q = walk_rows(buf, q, body_end, im1, im2, info, kind_obj, new_row, out, &n);
-                int add_rc = q >= 0 ? PySet_Add(tables, qualified) : 0;
-                int is_probeable = q >= 0 ? PyObject_IsTrue(probeable) : 0;
-                Py_XDECREF(info); Py_XDECREF(qualified); Py_XDECREF(probeable);
-                Py_DECREF(im1); Py_XDECREF(im2);
-                if (q < 0 || add_rc < 0 || is_probeable < 0) {
+                int add_rc = 0;
+                if (q >= 0 && single != qualified) {
+                    if (single == NULL) {
+                        single = Py_NewRef(qualified);
+                    } else {
+                        if (tables == NULL) {
+                            tables = PySet_New(NULL);
+                            add_rc = tables == NULL ? -1 : PySet_Add(tables, single);
+                        }
+                        if (add_rc == 0)
+                            add_rc = PySet_Add(tables, qualified);
+                    }
+                }
+                int is_probeable = c.probeable;
+                if (q < 0 || add_rc < 0) {
                     /* Decoding trouble (or a rows/event length mismatch) is the
                        Python path's to report; drop any error and roll back. */
                     PyErr_Clear();
@@ -694,7 +821,7 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
             } else if (typ == 16) { /* XID ends it */
                 if (body + 8 > body_end) { failed = 1; break; }
-                PyObject *frozen = PyFrozenSet_New(tables);
+                PyObject *frozen = tables_of(&c, single, tables);
                 PyObject *a[12];
                 a[0] = file; a[1] = PyLong_FromSsize_t(base + nxt); a[2] = source_file;
                 a[3] = logpos ? PyLong_FromUnsignedLong(logpos) : Py_NewRef(Py_None);
@@ -720,7 +847,8 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             p = nxt;
         }
         Py_XDECREF(gtid);
-        Py_DECREF(tables);
+        Py_XDECREF(tables);
+        Py_XDECREF(single);
         if (failed) {
             if (PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL) < 0)
                 return NULL;
@@ -736,8 +864,11 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     error:
         Py_XDECREF(gtid);
         Py_XDECREF(tables);
+        Py_XDECREF(single);
+        cache_clear(&c);
         return NULL;
     }
+    cache_clear(&c);
     return Py_BuildValue("(nnnnn)", pos, n_events, n_rows, n_unprobeable, n_trx);
 }
 

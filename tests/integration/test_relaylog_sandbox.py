@@ -281,3 +281,62 @@ def test_the_c_loop_gives_the_python_paths_events_over_several_tables(
     assert len(ends) == 44  # 40 transactions, and 4 UPDATEs of b's even ids
     assert {len(e.tables) for e in ends} == {1, 2}
     assert sum(taken) >= 30, "the C loop took most transactions (a table's first is Python's)"
+
+
+def test_integer_keys_decoded_in_c_are_the_python_paths_values(sandbox: Sandbox, schema: str,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Row images whose needed columns are all integers are decoded by the C loop itself
+    (_rowcodec.value_layout): every width, signed and unsigned, at its extremes, NULL in a
+    nullable indexed column, and the columns around them skipped, must come out as the
+    generated Python functions give them."""
+    sandbox.source.query(
+        "CREATE TABLE ints (a TINYINT NOT NULL, b SMALLINT UNSIGNED NOT NULL, c MEDIUMINT NOT NULL,"
+        " d INT UNSIGNED NOT NULL, e BIGINT NOT NULL, v VARCHAR(300), f BIGINT UNSIGNED NULL, t TEXT,"
+        " m MEDIUMINT UNSIGNED NULL, PRIMARY KEY (a, b, c, d, e), KEY f_idx (f), KEY m_idx (m))", db=schema)
+    sandbox.wait_caught_up(timeout=60)
+    extremes = [(-128, 0, -8388608, 0, -9223372036854775808, 0, 0),
+                (127, 65535, 8388607, 4294967295, 9223372036854775807, 18446744073709551615, 16777215),
+                (-1, 1, -1, 1, -1, None, None)]
+    with sandbox.sql_thread_stopped():
+        start = sql_position(sandbox)
+        with sandbox.source.connect(db=schema) as conn, conn.cursor() as cur:
+            for rnd in range(3):  # a table's first transaction is the Python path's
+                for i, (a, b, c, d, e, f, m) in enumerate(extremes):
+                    cur.execute("INSERT INTO ints VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
+                                (a, b, c + rnd * (1 if c < 0 else -1), d, e, "x" * (i * 120), f, "t" * i, m))
+            cur.execute("UPDATE ints SET f = NULL, m = 5 WHERE a = 127")
+            cur.execute("DELETE FROM ints WHERE a = -1")
+        wait_received(sandbox)
+
+    fast = decoder.fast_transactions
+    if fast is None:
+        pytest.skip("C accelerator not built")
+    taken: list[int] = []
+
+    def counted(*args: Any) -> Any:
+        out = fast(*args)
+        taken.append(out[4])
+        return out
+
+    monkeypatch.setattr(decoder, "fast_transactions", counted)
+
+    def rows(accelerated: bool) -> list[Any]:
+        reader = RelayLogReader(LogFiles(sandbox.relay_log_index()), start, resolver_for(sandbox))
+        reader.decoder.accelerated = accelerated
+        try:
+            return [e for e in read_all(reader) if isinstance(e, RowChange)]
+        finally:
+            reader.close()
+
+    c_loop, python = rows(True), rows(False)
+    assert c_loop == python
+    assert sum(taken) >= 8
+    keys = {e.key for e in python if e.kind is RowKind.INSERT}
+    assert (127, 65535, 8388607 - 2, 4294967295, 9223372036854775807) in keys
+    assert (-128, 0, -8388608 + 2, 0, -9223372036854775808) in keys
+    table = python[0].table
+    by_name = {col.name: table.slot(i) for i, col in enumerate(table.columns) if i in table.needed}
+    top = next(e for e in python if e.kind is RowKind.INSERT and e.key[0] == 127)
+    assert top.after[by_name["f"]] == 18446744073709551615 and top.after[by_name["m"]] == 16777215
+    nulls = next(e for e in python if e.kind is RowKind.INSERT and e.key[0] == -1)
+    assert nulls.after[by_name["f"]] is None and nulls.after[by_name["m"]] is None

@@ -21,7 +21,7 @@ import pytest
 from lagd.relaylog import EventDecoder, RowChange, TableMapResolver
 from lagd.relaylog import _columns as c
 from lagd.relaylog._construct import ACCELERATED, constructor
-from lagd.relaylog._rowcodec import skip_layout
+from lagd.relaylog._rowcodec import skip_layout, value_layout
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "binlogs"
 FILES = sorted(p for p in FIXTURES.iterdir() if not p.name.endswith(".md"))
@@ -278,3 +278,29 @@ def test_constructors_build_the_objects_the_class_builds(cls):
     assert make([1], None).a == [1]
     with pytest.raises(TypeError):
         make(1)
+
+
+def _layout_table(types, metas, nullable, needed, unsigned=()):
+    tm = SimpleNamespace(types=types, metas=metas, nullable=nullable, real_type=lambda col: types[col])
+    cols = tuple(SimpleNamespace(unsigned=i in unsigned) for i in range(len(types)))
+    return tm, SimpleNamespace(needed=needed, columns=cols)
+
+
+@pytest.mark.parametrize(("types", "metas", "nullable", "needed", "unsigned", "present", "want"), [
+    # id INT NOT NULL (wanted, slot 0), c CHAR(120) skipped by its 1-byte length
+    ([c.T_LONG, c.T_STRING], [0, (c.T_STRING << 8) | 120], [False, False], (0,), (), (0, 1),
+     b"\x01" b"\x02\x04\x00" b"\x00\xf1\x00"),
+    # k BIGINT UNSIGNED NULL in slot 0, TINYINT in slot 1
+    ([c.T_LONGLONG, c.T_TINY], [0, 0], [True, False], (0, 1), (0,), (0, 1),
+     b"\x02" b"\x07\x08\x00" b"\x02\x01\x01"),
+    # MEDIUMINT: 3 bytes; a MINIMAL image logs only the key
+    ([c.T_INT24, c.T_VARCHAR], [0, 40], [False, True], (0,), (), (0,), b"\x01" b"\x02\x03\x00"),
+    # a needed string key: the generated function's
+    ([c.T_VARCHAR, c.T_LONG], [40, 0], [False, False], (0,), (), (0, 1), None),
+    # a needed DECIMAL: the generated function's
+    ([c.T_NEWDECIMAL], [(10 << 8) | 2], [False], (0,), (), (0,), None),
+])
+def test_value_layout_only_where_every_needed_column_is_an_integer(
+        types, metas, nullable, needed, unsigned, present, want):
+    tm, info = _layout_table(types, metas, nullable, needed, unsigned)
+    assert value_layout(tm, info, present) == want  # type: ignore[arg-type]

@@ -260,7 +260,7 @@ skip_image(const unsigned char *buf, Py_ssize_t q, Py_ssize_t end, const unsigne
     return q;
 }
 
-static PyObject *str_table_id, *str_images, *str_skips, *str_info, *str_unchecked, *str_qualified,
+static PyObject *str_table_id, *str_values, *str_skips, *str_info, *str_unchecked, *str_qualified,
     *str_probeable;
 
 #define MAX_TABLES 16
@@ -307,8 +307,79 @@ append_row(PyObject *new_row, PyObject *info, PyObject *kind_obj, PyObject *befo
     return rc;
 }
 
-/* The rows of one event from q to body_end, decoded by the generated image
-   decoders dec1 (and dec2 for an update's after image). As in decoder.py, they
+/* One row image decoded by its value layout (_rowcodec.value_layout: the needed
+   columns are all integers): the tuple of the needed values, as the generated
+   function gives it, and *qp moved past the image. NULL without an error where the
+   image would run past end (the caller rolls back to the Python path, which says
+   what is wrong), with one on a failed allocation. */
+static PyObject *
+values_image(const unsigned char *buf, Py_ssize_t *qp, Py_ssize_t end, PyObject *layout)
+{
+    const unsigned char *lay = (const unsigned char *)PyBytes_AS_STRING(layout);
+    Py_ssize_t laylen = PyBytes_GET_SIZE(layout);
+    if (laylen < 1 || (laylen - 1) % 3 != 0)
+        return NULL;
+    Py_ssize_t n_needed = lay[0], n = (laylen - 1) / 3, q = *qp, nb = (n + 7) / 8;
+    if (q + nb > end)
+        return NULL;
+    const unsigned char *nulls = buf + q;
+    q += nb;
+    PyObject *t = PyTuple_New(n_needed);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n_needed; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(Py_None));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char flags = lay[1 + 3 * i], w = lay[2 + 3 * i], slot = lay[3 + 3 * i];
+        if ((flags & 1) && (nulls[i >> 3] >> (i & 7)) & 1)
+            continue;
+        if (w < 240) {
+            if (q + w > end)
+                goto overrun;
+            if (flags & 2) {
+                if (w < 1 || w > 8 || slot >= n_needed)
+                    goto overrun;
+                uint64_t u = 0;
+                for (int b = w - 1; b >= 0; b--)
+                    u = (u << 8) | buf[q + b];
+                PyObject *v;
+                if (flags & 4)
+                    v = PyLong_FromUnsignedLongLong(u);
+                else if (w < 8 && ((u >> (8 * w - 1)) & 1))
+                    v = PyLong_FromLongLong((long long)u - (long long)(1ULL << (8 * w)));
+                else
+                    v = PyLong_FromLongLong((long long)u);
+                if (v == NULL) {
+                    Py_DECREF(t);
+                    return NULL;
+                }
+                PyObject *old = PyTuple_GET_ITEM(t, slot);
+                PyTuple_SET_ITEM(t, slot, v);
+                Py_DECREF(old);
+            }
+            q += w;
+        } else {
+            int k = w - 240;
+            if (k < 1 || k > 4 || q + k > end)
+                goto overrun;
+            uint64_t len = 0;
+            for (int b = k - 1; b >= 0; b--)
+                len = (len << 8) | buf[q + b];
+            if (len > (uint64_t)(end - q - k))
+                goto overrun;
+            q += k + (Py_ssize_t)len;
+        }
+    }
+    *qp = q;
+    return t;
+overrun:
+    Py_DECREF(t);
+    return NULL;
+}
+
+/* The rows of one event from q to body_end, decoded by dec1 (and dec2 for an
+   update's after image): a value layout read by values_image, or a generated
+   image decoder. As in decoder.py, they
    see this event's bytes only (offsets relative to its start p), so a damaged
    length cannot read or copy beyond it, and every row must consume bytes, or
    a zero-width column set would append rows forever. Returns the offset after
@@ -318,9 +389,14 @@ decode_rows(const unsigned char *buf, Py_ssize_t p, Py_ssize_t q, Py_ssize_t bod
             PyObject *dec1, PyObject *dec2, int kind, PyObject *info, PyObject *kind_obj,
             PyObject *new_row, PyObject *out, Py_ssize_t *count)
 {
-    PyObject *evobj = PyBytes_FromStringAndSize((const char *)buf + p, body_end - p);
-    if (evobj == NULL)
-        return -1;
+    /* A generated function sees the event's bytes as an object; a value layout
+       (bytes) is read here, without one. */
+    PyObject *evobj = NULL;
+    if (!PyBytes_Check(dec1) || (dec2 != NULL && !PyBytes_Check(dec2))) {
+        evobj = PyBytes_FromStringAndSize((const char *)buf + p, body_end - p);
+        if (evobj == NULL)
+            return -1;
+    }
     Py_ssize_t ev_end = body_end - p;
     q -= p;
     int ok = 1;
@@ -328,10 +404,16 @@ decode_rows(const unsigned char *buf, Py_ssize_t p, Py_ssize_t q, Py_ssize_t bod
         PyObject *vals[2] = {NULL, NULL};
         Py_ssize_t row_start = q;
         for (int img = 0; img < (kind == 1 ? 2 : 1); img++) {
+            PyObject *dec = img == 0 ? dec1 : dec2;
+            if (PyBytes_Check(dec)) {
+                vals[img] = values_image(buf + p, &q, ev_end, dec);
+                if (vals[img] == NULL) { ok = 0; break; }
+                continue;
+            }
             PyObject *posobj = PyLong_FromSsize_t(q);
             if (posobj == NULL) { ok = 0; break; }
             PyObject *ca[2] = {evobj, posobj};
-            PyObject *res = call(img == 0 ? dec1 : dec2, ca, 2);
+            PyObject *res = call(dec, ca, 2);
             Py_DECREF(posobj);
             if (res == NULL) { ok = 0; break; }
             if (!PyTuple_Check(res) || PyTuple_GET_SIZE(res) != 2) {
@@ -352,7 +434,7 @@ decode_rows(const unsigned char *buf, Py_ssize_t p, Py_ssize_t q, Py_ssize_t bod
         Py_XDECREF(vals[1]);
         if (ok) (*count)++;
     }
-    Py_DECREF(evobj);
+    Py_XDECREF(evobj);
     return ok ? q + p : -1;
 }
 
@@ -425,7 +507,7 @@ rows_lookup(lookup_cache *c, PyObject *td, const unsigned char *maps, Py_ssize_t
             int unchecked, int values)
 {
     cache_rows_clear(c);
-    PyObject *lookup = PyObject_GetAttr(td, values ? str_images : str_skips);
+    PyObject *lookup = PyObject_GetAttr(td, values ? str_values : str_skips);
     if (lookup == NULL)
         return -1;
     PyObject *k1 = PyBytes_FromStringAndSize((const char *)maps, nb);
@@ -887,13 +969,13 @@ PyInit__speedups(void)
 {
     crc_init();
     str_table_id = PyUnicode_InternFromString("table_id");
-    str_images = PyUnicode_InternFromString("_images");
+    str_values = PyUnicode_InternFromString("_values");
     str_skips = PyUnicode_InternFromString("_skips");
     str_info = PyUnicode_InternFromString("info");
     str_unchecked = PyUnicode_InternFromString("unchecked");
     str_qualified = PyUnicode_InternFromString("qualified");
     str_probeable = PyUnicode_InternFromString("probeable");
-    if (!str_table_id || !str_images || !str_skips || !str_info || !str_unchecked || !str_qualified
+    if (!str_table_id || !str_values || !str_skips || !str_info || !str_unchecked || !str_qualified
         || !str_probeable)
         return NULL;
     return PyModule_Create(&module);

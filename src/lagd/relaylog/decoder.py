@@ -34,7 +34,7 @@ from lagd.relaylog._eventparts import (
     tagged_gtid,
     uuid_text,
 )
-from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder, skip_layout
+from lagd.relaylog._rowcodec import ImageDecoder, compile_image_decoder, skip_layout, value_layout
 from lagd.relaylog._tablemap import MAX_COLUMNS, TableMap, parse_table_map
 from lagd.relaylog.errors import EncryptedRelayLogError
 from lagd.relaylog.events import (
@@ -120,7 +120,8 @@ class ReaderStats:
 class _TableDecoder:
     """Decodes the rows of one table definition (one table-map body)."""
 
-    __slots__ = ("_images", "_skips", "info", "probeable", "qualified", "table_id", "tm", "unchecked")
+    __slots__ = ("_images", "_skips", "_values", "info", "probeable", "qualified", "table_id", "tm",
+                 "unchecked")
 
     def __init__(self, tm: TableMap, info: TableInfo) -> None:
         self.tm = tm
@@ -133,6 +134,9 @@ class _TableDecoder:
         self.probeable = info.probeable
         self._images: dict[bytes, ImageDecoder] = {}
         self._skips: dict[bytes, bytes | None] = {}  # the C reader's, for rows without values
+        # The C reader's, for rows with values: a value layout where every needed column
+        # is an integer, else the generated function (the same as _images').
+        self._values: dict[bytes, bytes | ImageDecoder] = {}
 
     def _columns(self, present: bytes) -> tuple[int, ...]:
         bits = int.from_bytes(present, "little")
@@ -151,8 +155,11 @@ class _TableDecoder:
         if dec is None:
             if len(self._images) >= _MAX_IMAGES_PER_TABLE:
                 self._images.clear()  # MINIMAL images of many column sets, or damage
-            dec = compile_image_decoder(self.tm, self.info, self._columns(present))
+                self._values.clear()
+            columns = self._columns(present)
+            dec = compile_image_decoder(self.tm, self.info, columns)
             self._images[present] = dec
+            self._values[present] = value_layout(self.tm, self.info, columns) or dec
         return dec
 
 

@@ -23,6 +23,7 @@ import pymysql.cursors
 
 from lagd.mysql.endpoint import Endpoint, where_of
 from lagd.mysql.errors import DRIVER_ERRORS, DatabaseError, Kind, translate
+from lagd.threadname import name_this_thread
 
 T = TypeVar("T")
 
@@ -62,6 +63,7 @@ async def in_daemon_thread(fn: Callable[[], T]) -> T:
             fut.set_exception(value)
 
     def body() -> None:
+        name_this_thread("lagd-blocking")
         try:
             value = fn()
         except BaseException as e:

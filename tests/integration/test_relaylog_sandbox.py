@@ -225,6 +225,33 @@ def test_small_chunks_give_the_same_events(sandbox: Sandbox, schema: str, chunk:
         reader.close()
 
 
+def c_loop_transactions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """From now on, the transactions each call of the C loop takes (skips without it)."""
+    fast = decoder.fast_transactions
+    if fast is None:
+        pytest.skip("C accelerator not built")
+    taken: list[int] = []
+
+    def counted(*args: Any) -> Any:
+        out = fast(*args)
+        taken.append(out[4])
+        return out
+
+    monkeypatch.setattr(decoder, "fast_transactions", counted)
+    return taken
+
+
+def read_both(sandbox: Sandbox, start: RelayPosition, resolver: Any, values: bool,
+              accelerated: bool) -> list[Any]:
+    """Every event from ``start`` to the tail, by the C loop or by the Python path alone."""
+    reader = RelayLogReader(LogFiles(sandbox.relay_log_index()), start, resolver, values=values)
+    reader.decoder.accelerated = accelerated
+    try:
+        return read_all(reader)
+    finally:
+        reader.close()
+
+
 @pytest.mark.parametrize("values", [True, False])
 def test_the_c_loop_gives_the_python_paths_events_over_several_tables(
         sandbox: Sandbox, schema: str, values: bool, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -254,28 +281,9 @@ def test_the_c_loop_gives_the_python_paths_events_over_several_tables(
             cur.execute("SET SESSION binlog_row_image = 'FULL'")
         wait_received(sandbox)
 
-    if decoder.fast_transactions is None:
-        pytest.skip("C accelerator not built")
-    taken: list[int] = []
-
-    def counted(*args: Any) -> Any:
-        out = fast(*args)
-        taken.append(out[4])
-        return out
-
-    fast = decoder.fast_transactions
-    monkeypatch.setattr(decoder, "fast_transactions", counted)
-
-    def events(accelerated: bool) -> list[Any]:
-        reader = RelayLogReader(LogFiles(sandbox.relay_log_index()), start, TableMapResolver(),
-                                values=values)
-        reader.decoder.accelerated = accelerated
-        try:
-            return read_all(reader)
-        finally:
-            reader.close()
-
-    c_loop, python = events(True), events(False)
+    taken = c_loop_transactions(monkeypatch)
+    c_loop, python = (read_both(sandbox, start, TableMapResolver(), values, accelerated)
+                      for accelerated in (True, False))
     assert c_loop == python
     ends = [e for e in c_loop if isinstance(e, TransactionEnd) and any(schema in t for t in e.tables)]
     assert len(ends) == 44  # 40 transactions, and 4 UPDATEs of b's even ids
@@ -308,27 +316,9 @@ def test_integer_keys_decoded_in_c_are_the_python_paths_values(sandbox: Sandbox,
             cur.execute("DELETE FROM ints WHERE a = -1")
         wait_received(sandbox)
 
-    fast = decoder.fast_transactions
-    if fast is None:
-        pytest.skip("C accelerator not built")
-    taken: list[int] = []
-
-    def counted(*args: Any) -> Any:
-        out = fast(*args)
-        taken.append(out[4])
-        return out
-
-    monkeypatch.setattr(decoder, "fast_transactions", counted)
-
-    def rows(accelerated: bool) -> list[Any]:
-        reader = RelayLogReader(LogFiles(sandbox.relay_log_index()), start, resolver_for(sandbox))
-        reader.decoder.accelerated = accelerated
-        try:
-            return [e for e in read_all(reader) if isinstance(e, RowChange)]
-        finally:
-            reader.close()
-
-    c_loop, python = rows(True), rows(False)
+    taken = c_loop_transactions(monkeypatch)
+    c_loop, python = ([e for e in read_both(sandbox, start, resolver_for(sandbox), True, accelerated)
+                       if isinstance(e, RowChange)] for accelerated in (True, False))
     assert c_loop == python
     assert sum(taken) >= 8
     keys = {e.key for e in python if e.kind is RowKind.INSERT}

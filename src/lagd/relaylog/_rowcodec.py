@@ -214,15 +214,19 @@ def skip_layout(tm: TableMap, present: tuple[int, ...]) -> bytes | None:
     images are then decoded by ``compile_image_decoder``'s function."""
     out = bytearray()
     for col in present:
-        lay = c.layout(tm.types[col], tm.metas[col])
-        if lay.fixed is not None:
-            if lay.fixed >= 240:
-                return None
-            width = lay.fixed
-        else:
-            width = 240 + lay.prefix
+        width = _skip_width(c.layout(tm.types[col], tm.metas[col]))
+        if width is None:
+            return None
         out += bytes((1 if tm.nullable[col] else 0, width))
     return bytes(out)
+
+
+def _skip_width(lay: c.Layout) -> int | None:
+    """A column's width byte in a C layout: under 240 its fixed width, else 240 plus its
+    length prefix's bytes; None for a fixed width too large for that byte."""
+    if lay.fixed is None:
+        return 240 + lay.prefix
+    return lay.fixed if lay.fixed < 240 else None
 
 
 # Integer columns the C reader decodes itself: their width in a row image.
@@ -251,11 +255,9 @@ def value_layout(tm: TableMap, info: TableInfo, present: tuple[int, ...]) -> byt
             if width is None or lay.fixed != width:
                 return None
             flags |= VALUE_WANTED | (VALUE_UNSIGNED if info.columns[col].unsigned else 0)
-        elif lay.fixed is not None:
-            if lay.fixed >= 240:
-                return None
-            width = lay.fixed
         else:
-            width = 240 + lay.prefix
+            width = _skip_width(lay)
+            if width is None:
+                return None
         out += bytes((flags, width, slot or 0))
     return bytes(out)

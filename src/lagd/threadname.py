@@ -11,8 +11,9 @@ changes.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
+import functools
 import sys
+from typing import Any
 
 PR_SET_NAME = 15
 MAX_BYTES = 15  # the kernel's TASK_COMM_LEN, less its NUL
@@ -23,12 +24,22 @@ def os_name(name: str) -> bytes:
     return name.encode("ascii", "replace")[:MAX_BYTES]
 
 
+@functools.cache
+def _prctl() -> Any:
+    """libc's prctl, looked up once. Through the process's own symbols (``CDLL(None)``),
+    never ``ctypes.util.find_library``: that runs ``ldconfig -p`` in a child process,
+    once a call, from a thread of a daemon whose unit may forbid it."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
 def name_this_thread(name: str) -> bool:
     """Give the calling OS thread ``name``; False where that could not be done."""
     if not sys.platform.startswith("linux"):
         return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        return bool(libc.prctl(PR_SET_NAME, ctypes.c_char_p(os_name(name)), 0, 0, 0) == 0)
-    except (OSError, AttributeError):
+    prctl = _prctl()
+    if prctl is None:
         return False
+    return bool(prctl(PR_SET_NAME, ctypes.c_char_p(os_name(name)), 0, 0, 0) == 0)

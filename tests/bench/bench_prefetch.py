@@ -74,6 +74,7 @@ DEFAULT_MODES = "cold,prefetch,hot,parallel,parallel+pf"
 HARM_MODES = "harm_hot,harm_hot+pf,harm_32m,harm_32m+pf"
 SERVER_OPTIONS: dict[str, str] = {}  # extra replica options for every run (--server-options)
 PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-options)
+LAG_OPTIONS = [""]  # lagd's [lag] settings, as TOML (--lag-options; experiments)
 PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can measure (--process-grant)
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 LAGD = ["engine"]  # how lagd runs in the runs with it (--lagd): its engine alone, or `lagd run`
@@ -493,7 +494,7 @@ level = "{'debug' if GATE_TRACE[0] else 'info'}"
 
 [prefetch]
 {options}
-""")
+{LAG_OPTIONS[0]}""")
         env = dict(os.environ, LAGD_BENCH_PASSWORD=rep.dsn.password)
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
@@ -599,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=Path("docs"), help="where benchmarks.md and the plot go")
     ap.add_argument("--pf-options", default="{}", help="JSON of prefetch options (experiments)")
+    ap.add_argument("--lag-options", default="{}", help="JSON of [lag] options (experiments)")
     ap.add_argument("--server-options", default="{}", help="JSON of extra replica options for all runs")
     ap.add_argument("--lagd", choices=("engine", "daemon"), default="engine",
                     help="in the runs with lagd: its prefetch engine alone, or the whole daemon (lagd run)")
@@ -624,6 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     set_pool(args.pool)
     PROCESS_GRANT[0] = args.process_grant
     PF_OPTIONS.update(json.loads(args.pf_options))
+    lag = json.loads(args.lag_options)
+    if lag:
+        LAG_OPTIONS[0] = "\n[lag]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in lag.items()) + "\n"
     SERVER_OPTIONS.update(json.loads(args.server_options))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cache = args.cache or default_cache_dir() / "bench" / f"prefetch-{args.rows}"

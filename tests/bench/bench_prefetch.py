@@ -74,7 +74,7 @@ DEFAULT_MODES = "cold,prefetch,hot,parallel,parallel+pf"
 HARM_MODES = "harm_hot,harm_hot+pf,harm_32m,harm_32m+pf"
 SERVER_OPTIONS: dict[str, str] = {}  # extra replica options for every run (--server-options)
 PF_OPTIONS: dict[str, Any] = {}  # lagd's prefetch settings for the runs (--pf-options)
-LAG_OPTIONS = [""]  # lagd's [lag] settings, as TOML (--lag-options; experiments)
+LAG_OPTIONS: dict[str, Any] = {}  # lagd's [lag] settings for the runs (--lag-options; experiments)
 PROCESS_GRANT = [True]  # give lagd's account PROCESS so that the stall gate can measure (--process-grant)
 NICE = [10]  # lagd's nice value in the runs (--nice), as the systemd unit sets it
 LAGD = ["engine"]  # how lagd runs in the runs with it (--lagd): its engine alone, or `lagd run`
@@ -476,7 +476,11 @@ class DaemonRun:
         workdir = Path(rep.datadir).parent
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = workdir / "bench-lagd.log"
-        options = "\n".join(f"{k} = {json.dumps(v)}" for k, v in PF_OPTIONS.items())
+
+        def toml(options: dict[str, Any]) -> str:
+            return "\n".join(f"{k} = {json.dumps(v)}" for k, v in options.items())
+
+        lag = f"\n[lag]\n{toml(LAG_OPTIONS)}\n" if LAG_OPTIONS else ""
         config = workdir / "bench-lagd.toml"
         config.write_text(f"""[replica]
 host = "{rep.dsn.host}"
@@ -493,8 +497,8 @@ format = "json"
 level = "{'debug' if GATE_TRACE[0] else 'info'}"
 
 [prefetch]
-{options}
-{LAG_OPTIONS[0]}""")
+{toml(PF_OPTIONS)}
+{lag}""")
         env = dict(os.environ, LAGD_BENCH_PASSWORD=rep.dsn.password)
         with self.log.open("wb") as err:
             self.proc = subprocess.Popen(
@@ -626,9 +630,7 @@ def main(argv: list[str] | None = None) -> int:
     set_pool(args.pool)
     PROCESS_GRANT[0] = args.process_grant
     PF_OPTIONS.update(json.loads(args.pf_options))
-    lag = json.loads(args.lag_options)
-    if lag:
-        LAG_OPTIONS[0] = "\n[lag]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in lag.items()) + "\n"
+    LAG_OPTIONS.update(json.loads(args.lag_options))
     SERVER_OPTIONS.update(json.loads(args.server_options))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cache = args.cache or default_cache_dir() / "bench" / f"prefetch-{args.rows}"

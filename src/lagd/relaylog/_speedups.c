@@ -823,7 +823,6 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                             add_rc = PySet_Add(tables, qualified);
                     }
                 }
-                int is_probeable = c.probeable;
                 if (q < 0 || add_rc < 0) {
                     /* Decoding trouble (or a rows/event length mismatch) is the
                        Python path's to report; drop any error and roll back. */
@@ -833,7 +832,7 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                 }
                 if (q != body_end) { failed = 1; break; }
                 t_rows += n;
-                if (!is_probeable) t_unprobeable += n;
+                if (!c.probeable) t_unprobeable += n;
                 t_row_events++;
                 if (rflags & 1) t_statements++;
             } else if (typ == 160 || typ == 29) { /* Annotate_rows / Rows_query */
@@ -932,8 +931,10 @@ fast_transactions(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(tables);
         Py_XDECREF(single);
         if (failed) {
-            if (PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL) < 0)
+            if (PyList_SetSlice(out, mark, PyList_GET_SIZE(out), NULL) < 0) {
+                cache_clear(&c);
                 return NULL;
+            }
             pos = trx_pos;
             break;
         }

@@ -12,5 +12,6 @@ setup(
     ext_modules=[
         Extension("lagd.relaylog._speedups", ["src/lagd/relaylog/_speedups.c"], optional=True),
         Extension("lagd.prefetch._scan", ["src/lagd/prefetch/_scan.c"], optional=True),
+        Extension("lagd.prefetch._procread", ["src/lagd/prefetch/_procread.c"], optional=True),
     ]
 )

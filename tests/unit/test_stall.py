@@ -281,6 +281,118 @@ def test_proc_files_see_a_threads_time_grow_and_its_end() -> None:
     assert spent > 0
 
 
+needs_c = pytest.mark.skipif(stall.READ_BATCH is None, reason="the C reader is not built (pure Python)")
+
+
+@needs_c
+def test_a_batch_reads_as_read_many_does(tmp_path) -> None:
+    """The same texts, None and reopening as read_many, one (time, texts) a sample."""
+    a, gone = tmp_path / "a", tmp_path / "gone"
+    a.write_text("one")
+    files = stall.ProcFiles()
+    try:
+        t0 = time.monotonic()
+        batch = files.read_batch([str(a), str(gone)], 3, 0.01)
+        assert [texts for _, texts in batch] == [("one", None)] * 3
+        times = [at for at, _ in batch]
+        assert t0 < times[0] < times[1] < times[2] <= time.monotonic()  # time.monotonic's clock
+        assert times[2] - times[0] >= 0.02 * 0.9  # a wait before each sample
+        gone.write_text("here")  # tried again, as read_many does
+        assert files.read_batch([str(a), str(gone)], 1, 0.0)[0][1] == ("one", "here")
+        assert files.read_many([str(a), str(gone)]) == ["one", "here"]
+    finally:
+        files.close()
+
+
+@needs_c
+def test_a_batch_gives_none_for_a_thread_that_ended_and_drops_its_file() -> None:
+    done = threading.Event()
+    worker = threading.Thread(target=done.wait, args=(5,))
+    worker.start()
+    path = f"/proc/{worker.native_id}/stat"
+    files = stall.ProcFiles()
+    try:
+        [(_, (text,))] = files.read_batch([path], 1, 0.0)
+        assert text is not None and stall.parse_stat(text)[0] in "SR"
+        done.set()
+        worker.join()
+        for _ in range(500):
+            if not os.path.exists(f"/proc/{worker.native_id}"):
+                break
+            time.sleep(0.01)
+        assert files.read_batch([path], 2, 0.0)[0][1] == (None,)
+        assert path not in files._fds  # reopened (and refused) at the next batch, not read stale
+    finally:
+        files.close()
+
+
+@needs_c
+@pytest.mark.parametrize("args", [
+    ((), 0, 0.0),  # no sample
+    ((), 65, 0.0),  # too many in one batch
+    ((), 1, -1.0),  # a negative wait
+    (tuple(range(300)), 1, 0.0),  # too many files
+])
+def test_a_batch_refuses_what_it_cannot_bound(args: tuple[tuple[int, ...], int, float]) -> None:
+    assert stall.READ_BATCH is not None
+    with pytest.raises(ValueError, match="read_batch"):
+        stall.READ_BATCH(*args)
+
+
+@needs_c
+def test_the_sampler_thread_samples_in_batches_at_its_rate() -> None:
+    """The real /proc sampled by the thread: about hz samples a second of each thread,
+    each accounted with the time it was read at."""
+    busy = threading.Event()
+    worker = threading.Thread(target=lambda: busy.wait(5))
+    worker.start()
+    mon = StallMonitor()
+    mon.set_threads([worker.native_id])
+    try:
+        mon.start(hz=50)
+        deadline = time.monotonic() + 5
+        while mon.samples < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mon.samples >= 10
+        seconds = mon.totals()
+        assert seconds["other_wait"] > 0  # waiting on an Event: asleep, neither CPU nor disk
+        assert seconds["disk_read"] == 0
+        assert mon.headroom_over(1.0) is not None
+    finally:
+        mon.stop()
+        busy.set()
+        worker.join()
+
+
+def test_a_restarted_sampler_does_not_leave_the_old_thread_running() -> None:
+    """stop() and start() back to back: the old thread sees its own stop, not the new flag."""
+    mon = StallMonitor()
+    mon.set_threads([threading.get_native_id()])
+    mon.start(hz=50)
+    old = mon._thread
+    mon.stop()
+    mon.start(hz=50)
+    try:
+        assert old is not None
+        old.join(2)
+        assert not old.is_alive()
+        assert mon._thread is not None and mon._thread.is_alive()
+    finally:
+        mon.stop()
+
+
+def test_a_sample_of_threads_set_away_meanwhile_is_not_kept() -> None:
+    mon = StallMonitor(read=lambda path: "cpu 1 0 1 1 0 0 0 0" if path == "/proc/stat" else
+                       ("1 (mariadbd) D 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 1 1 1" if path.endswith("/stat")
+                        else "100 10 1" if path.endswith("schedstat") else ""))
+    mon.set_threads([7])
+    mon.sample()
+    mon.set_threads([8])  # rediscovered: 7 is gone
+    mon._take(5.0, (7,), ["1 (mariadbd) D 1 1 1 0 -1 0 0 0 0 0 5 5 0 0 20 0 1 0 1 1 1", "100 10 1", "", "",
+                          "cpu 1 0 1 1 0 0 0 0"])
+    assert mon.threads == ()
+
+
 @pytest.mark.parametrize(("times", "cutoff", "want"), [
     ((1.0, 2.0, 3.0), 1.5, 2.0),  # the oldest reading at or after the cutoff
     ((1.0, 2.0, 3.0), 2.0, 2.0),  # one taken at the cutoff counts

@@ -56,6 +56,21 @@ from lagd.threadname import name_this_thread
 
 T = TypeVar("T")
 
+try:
+    # Batches of samples read with the GIL released once (_procread.c): from Python
+    # each read and each wait handed the GIL over and back, six times a sample.
+    if os.environ.get("LAGD_PURE_PYTHON"):
+        raise ImportError("pure Python requested")
+    from lagd.prefetch._procread import read_batch as _read_batch
+
+    READ_BATCH: Callable[[tuple[int, ...], int, float], list[tuple[float, tuple[str | None, ...]]]] | None \
+        = _read_batch
+except ImportError:
+    READ_BATCH = None
+# A batch spans at most this long: what the gate and /status see of the split is
+# this much older than with one sample a wake (a second judged: under a tenth).
+BATCH_SECONDS = 0.1
+
 log = logging.getLogger("lagd.prefetch.stall")
 
 STATES = ("on_cpu", "cpu_wait", "disk_read", "flush_wait", "other_wait")
@@ -398,12 +413,8 @@ class ProcFiles:
         """Each file's text, None where it cannot be opened or read (a thread gone,
         a file hidden); a file that failed is opened afresh next time, one refused
         (permission) once the files asked for change."""
+        self._open(paths)
         fds = self._fds
-        asked = tuple(paths)
-        if asked != self._asked:
-            self._asked, self._refused = asked, set()
-        if len(fds) > len(paths) or any(p not in fds and p not in self._refused for p in paths):
-            self._reopen(paths)
         out: list[str | None] = []
         for path in paths:
             fd = fds.get(path)
@@ -415,6 +426,25 @@ class ProcFiles:
                 out.append(None)
                 self._drop(path)
         return out
+
+    def read_batch(self, paths: list[str], n: int, interval: float) -> list[tuple[float, tuple[str | None, ...]]]:
+        """``n`` samples of the files ``interval`` seconds apart (a wait before each),
+        each (monotonic time, texts as read_many gives them), read in C (READ_BATCH)."""
+        assert READ_BATCH is not None
+        self._open(paths)
+        fds = tuple(self._fds.get(p, -1) for p in paths)
+        batch = READ_BATCH(fds, n, interval)
+        for i, path in enumerate(paths):
+            if fds[i] >= 0 and any(texts[i] is None for _, texts in batch):
+                self._drop(path)  # opened afresh next time, as read_many does
+        return batch
+
+    def _open(self, paths: list[str]) -> None:
+        asked = tuple(paths)
+        if asked != self._asked:
+            self._asked, self._refused = asked, set()
+        if len(self._fds) > len(paths) or any(p not in self._fds and p not in self._refused for p in paths):
+            self._reopen(paths)
 
     def _reopen(self, paths: list[str]) -> None:
         wanted = set(paths)
@@ -511,13 +541,19 @@ class StallMonitor:
     def sample(self) -> None:
         now = self._clock()
         tids = self._wanted
-        paths = [f"/proc/{t}/{name}" for t in tids for name in THREAD_FILES]
-        paths.append("/proc/stat")
+        paths = _paths(tids)
         texts = self._files.read_many(paths) if self._files is not None else _read_each(self._read, paths)
+        self._take(now, tids, texts)
+
+    def _take(self, now: float, tids: tuple[int, ...], texts: list[str | None] | tuple[str | None, ...]) -> None:
+        """Account one sample: ``texts`` of ``tids``' THREAD_FILES and /proc/stat, read at ``now``."""
         n = len(THREAD_FILES)
         got = {t: thread_sample(t, now, *texts[n * i : n * i + n]) for i, t in enumerate(tids)}
         with self._lock:
+            wanted = self._wanted
             for tid, cur in got.items():
+                if tid not in wanted:
+                    continue  # set_threads while the sample was read: its thread is gone
                 if cur is None:
                     self._last.pop(tid, None)
                     continue
@@ -557,16 +593,32 @@ class StallMonitor:
         if hz is not None:
             self.hz = hz
 
+        # Each start its own stop: a thread still inside a batch when stop() and start()
+        # follow each other must not see a cleared flag and run on beside the new one.
+        # Its own files too: the old thread closes its own as it ends.
+        stop = self._stop = threading.Event()
+        files = self._files = ProcFiles() if self._files is not None else None
+        batched = READ_BATCH is not None and files is not None and self._clock is time.monotonic
+
         def loop() -> None:
             name_this_thread("lagd-stall")
             _yield_to_the_server()
             try:
-                while not self._stop.wait(1.0 / sampling_hz(len(self._wanted), self.budget, self.hz)):
-                    self.sample()
+                while not stop.is_set():
+                    interval = 1.0 / sampling_hz(len(self._wanted), self.budget, self.hz)
+                    if not batched:
+                        if stop.wait(interval):
+                            break
+                        self.sample()
+                        continue
+                    assert files is not None
+                    tids = self._wanted
+                    n = max(1, int(BATCH_SECONDS / interval + 1e-9))
+                    for at, texts in files.read_batch(_paths(tids), n, interval):
+                        self._take(at, tids, texts)
             finally:
-                if self._files is not None:
-                    self._files.close()
-        self._stop.clear()
+                if files is not None:
+                    files.close()
         self._thread = threading.Thread(target=loop, name="lagd-stall-sampler", daemon=True)
         self._thread.start()
 
@@ -598,6 +650,13 @@ class StallMonitor:
         v = verdict(recent, running=bool(threads), busy=busy, headroom=headroom, threads=len(threads))
         return {"seconds": seconds, "recent": recent, "threads": threads, "headroom_cores": headroom,
                 "verdict": v.kind, "text": v.text, "prefetch_can_help": v.prefetch_can_help}
+
+
+def _paths(tids: tuple[int, ...]) -> list[str]:
+    """The files a sample reads, in the order ``StallMonitor._take`` expects them."""
+    paths = [f"/proc/{t}/{name}" for t in tids for name in THREAD_FILES]
+    paths.append("/proc/stat")
+    return paths
 
 
 def _since(history: collections.deque[tuple[float, T]], cutoff: float, latest: T) -> T:

@@ -743,6 +743,19 @@ def test_reads_while_the_gate_was_shut_are_not_counted_against_the_probes() -> N
     assert eng.ctl.target_transactions == target and eng.ctl.enabled
 
 
+@pytest.mark.parametrize(("state", "gate", "every"), [
+    ("active", OPEN, 0.02),  # probing: the lead follows the SQL thread
+    ("backed_off", MEASURING, 0.02),  # the speed to beat is being measured
+    ("backed_off", Gate(False, "88% on CPU: CPU-bound", None, True), 0.25),  # kept out: a gate check a second
+    ("paused", OPEN, 0.25),  # the SQL thread is stopped: its START begins a catch-up
+    ("idle", OPEN, 1.0),  # caught up: a new backlog is measured before any probe anyway
+])
+def test_a_caught_up_replica_is_polled_once_a_second(state: str, gate: Gate, every: float) -> None:
+    eng, _ = engine_with(FakeStall())
+    eng.state, eng.gate_state = state, gate
+    assert eng._poll_every() == every
+
+
 @pytest.mark.parametrize(("state", "gate", "fast"), [
     ("active", OPEN, True),  # probing: the lead follows the SQL thread
     ("backed_off", engine_module._MEASURING, True),  # the speed to beat is being measured

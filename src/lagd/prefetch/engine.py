@@ -201,6 +201,13 @@ class PrefetchEngine:
         self._poll_now = asyncio.Event()
         self.poll_active = 0.02  # seconds between status polls while prefetching
         self.poll_idle = 0.25
+        # Caught up, the SQL thread has nothing to apply (the daemon's lag loop polls
+        # for the lag): a new backlog is noticed up to 0.75 s later than at poll_idle,
+        # and measured for control.BASE_SECONDS before any probe anyway. At 4 a second
+        # these full statuses were the largest part of lagd's CPU on a caught-up
+        # replica (benchmarks.md, 2026-12-07). A stopped SQL thread ("paused") keeps
+        # poll_idle: its START is when a catch-up begins.
+        self.poll_caught_up = 1.0
         self._checked_rows = 0
         self._checked_reads = -1.0
         self._windows_since_compare = 0
@@ -753,8 +760,13 @@ class PrefetchEngine:
                 await self._count_inside(now)
             self._poll_now.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.poll_active if self._fast_polls() else self.poll_idle):
+                async with asyncio.timeout(self._poll_every()):
                     await self._poll_now.wait()
+
+    def _poll_every(self) -> float:
+        if self._fast_polls():
+            return self.poll_active
+        return self.poll_caught_up if self.state == "idle" else self.poll_idle
 
     def _positions_due(self, now: float) -> bool:
         """A position poll will do: the last full status is fresh and said the SQL thread

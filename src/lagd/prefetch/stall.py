@@ -47,7 +47,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -55,6 +55,7 @@ from lagd.prefetch import control
 from lagd.threadname import name_this_thread
 
 T = TypeVar("T")
+Batch = list[tuple[float, tuple[str | None, ...]]]  # (monotonic time, each file's text or None) a sample
 
 try:
     # Batches of samples read with the GIL released once (_procread.c): from Python
@@ -63,8 +64,7 @@ try:
         raise ImportError("pure Python requested")
     from lagd.prefetch._procread import read_batch as _read_batch
 
-    READ_BATCH: Callable[[tuple[int, ...], int, float], list[tuple[float, tuple[str | None, ...]]]] | None \
-        = _read_batch
+    READ_BATCH: Callable[[tuple[int, ...], int, float], Batch] | None = _read_batch
 except ImportError:
     READ_BATCH = None
 # A batch spans at most this long: what the gate and /status see of the split is
@@ -427,7 +427,7 @@ class ProcFiles:
                 self._drop(path)
         return out
 
-    def read_batch(self, paths: list[str], n: int, interval: float) -> list[tuple[float, tuple[str | None, ...]]]:
+    def read_batch(self, paths: list[str], n: int, interval: float) -> Batch:
         """``n`` samples of the files ``interval`` seconds apart (a wait before each),
         each (monotonic time, texts as read_many gives them), read in C (READ_BATCH)."""
         assert READ_BATCH is not None
@@ -545,7 +545,7 @@ class StallMonitor:
         texts = self._files.read_many(paths) if self._files is not None else _read_each(self._read, paths)
         self._take(now, tids, texts)
 
-    def _take(self, now: float, tids: tuple[int, ...], texts: list[str | None] | tuple[str | None, ...]) -> None:
+    def _take(self, now: float, tids: tuple[int, ...], texts: Sequence[str | None]) -> None:
         """Account one sample: ``texts`` of ``tids``' THREAD_FILES and /proc/stat, read at ``now``."""
         n = len(THREAD_FILES)
         got = {t: thread_sample(t, now, *texts[n * i : n * i + n]) for i, t in enumerate(tids)}

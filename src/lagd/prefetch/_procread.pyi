@@ -1,0 +1,5 @@
+# Types of the optional C accelerator (_procread.c); see stall.py.
+
+def read_batch(
+    fds: tuple[int, ...], n: int, interval: float, /,
+) -> list[tuple[float, tuple[str | None, ...]]]: ...

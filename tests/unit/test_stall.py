@@ -331,7 +331,8 @@ def test_a_batch_gives_none_for_a_thread_that_ended_and_drops_its_file() -> None
     ((), 0, 0.0),  # no sample
     ((), 65, 0.0),  # too many in one batch
     ((), 1, -1.0),  # a negative wait
-    (tuple(range(300)), 1, 0.0),  # too many files
+    (tuple(range(stall.MAX_CELLS + 1)), 1, 0.0),  # too many files
+    (tuple(range(stall.MAX_CELLS // 2 + 1)), 2, 0.0),  # too many files times samples
 ])
 def test_a_batch_refuses_what_it_cannot_bound(args: tuple[tuple[int, ...], int, float]) -> None:
     assert stall.READ_BATCH is not None
@@ -362,6 +363,24 @@ def test_the_sampler_thread_samples_in_batches_at_its_rate() -> None:
         mon.stop()
         busy.set()
         worker.join()
+
+
+def test_more_appliers_than_a_batch_holds_are_sampled_one_sample_a_wake() -> None:
+    """Over MAX_CELLS files a sample (over a thousand workers) the batch would refuse
+    them: the sampler reads them as before, never dies on it."""
+    mon = StallMonitor()
+    gone = 4_194_304 * 2  # over any pid_max: threads that do not exist
+    mon.set_threads(range(gone, gone + stall.MAX_CELLS // len(stall.THREAD_FILES) + 1))
+    try:
+        mon.start(hz=50)
+        deadline = time.monotonic() + 10
+        while mon.sampled_at is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert mon.sampled_at is not None
+        assert mon._thread is not None and mon._thread.is_alive()
+        assert mon.headroom_over(10.0) is None or mon.headroom_over(10.0) >= 0
+    finally:
+        mon.stop()
 
 
 def test_a_restarted_sampler_does_not_leave_the_old_thread_running() -> None:

@@ -23,8 +23,10 @@
 #include <unistd.h>
 
 #define BUF 4096
-#define MAX_FILES 256
 #define MAX_SAMPLES 64
+/* Files times samples of one call, each read into its own BUF: 16 MB at most
+   (stall.MAX_CELLS, which the sampler keeps its batches under). */
+#define MAX_CELLS 4096
 
 static void sleep_for(double seconds)
 {
@@ -46,11 +48,11 @@ static PyObject *read_batch(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!id", &PyTuple_Type, &fds_obj, &n, &interval))
         return NULL;
     Py_ssize_t k = PyTuple_GET_SIZE(fds_obj);
-    if (k > MAX_FILES || n < 1 || n > MAX_SAMPLES || !(interval >= 0 && interval < 60)) {
+    if (n < 1 || n > MAX_SAMPLES || k > MAX_CELLS / n || !(interval >= 0 && interval < 60)) {
         PyErr_SetString(PyExc_ValueError, "read_batch: too many files or samples, or a bad interval");
         return NULL;
     }
-    int fds[MAX_FILES];
+    int fds[MAX_CELLS];
     for (Py_ssize_t i = 0; i < k; i++) {
         long fd = PyLong_AsLong(PyTuple_GET_ITEM(fds_obj, i));
         if (fd == -1 && PyErr_Occurred())

@@ -70,6 +70,7 @@ except ImportError:
 # A batch spans at most this long: what the gate and /status see of the split is
 # this much older than with one sample a wake (a second judged: under a tenth).
 BATCH_SECONDS = 0.1
+MAX_CELLS = 4096  # files times samples in one batch (_procread.c): more threads, fewer samples a batch
 
 log = logging.getLogger("lagd.prefetch.stall")
 
@@ -613,8 +614,13 @@ class StallMonitor:
                         continue
                     assert files is not None
                     tids = self._wanted
-                    n = max(1, int(BATCH_SECONDS / interval + 1e-9))
-                    for at, texts in files.read_batch(_paths(tids), n, interval):
+                    paths = _paths(tids)
+                    if len(paths) > MAX_CELLS:  # over a thousand appliers: a sample a wake
+                        if not stop.wait(interval):
+                            self._take(self._clock(), tids, files.read_many(paths))
+                        continue
+                    n = max(1, min(int(BATCH_SECONDS / interval + 1e-9), MAX_CELLS // len(paths)))
+                    for at, texts in files.read_batch(paths, n, interval):
                         self._take(at, tids, texts)
             finally:
                 if files is not None:

@@ -258,6 +258,17 @@ def test_proc_files_ask_a_refused_file_again_only_when_the_files_change(tmp_path
         files.close()
 
 
+def _end(worker: threading.Thread, done: threading.Event) -> None:
+    """Let ``worker`` finish and wait until the kernel has released it: join() returns
+    as the thread finishes, its /proc entry goes a moment later."""
+    done.set()
+    worker.join()
+    for _ in range(500):
+        if not os.path.exists(f"/proc/{worker.native_id}"):
+            break
+        time.sleep(0.01)
+
+
 def test_proc_files_see_a_threads_time_grow_and_its_end() -> None:
     done = threading.Event()
     worker = threading.Thread(target=lambda: (sum(range(200_000)), done.wait(5)))
@@ -268,13 +279,7 @@ def test_proc_files_see_a_threads_time_grow_and_its_end() -> None:
         [first] = files.read_many([path])
         assert first is not None
         spent = stall.parse_schedstat(first)[0]
-        done.set()
-        worker.join()
-        # join() returns as the thread finishes; the kernel releases it a moment later.
-        for _ in range(500):
-            if not os.path.exists(f"/proc/{worker.native_id}"):
-                break
-            time.sleep(0.01)
+        _end(worker, done)
         assert files.read_many([path]) == [None]  # the thread is gone: ESRCH, not its last text
     finally:
         files.close()
@@ -314,12 +319,7 @@ def test_a_batch_gives_none_for_a_thread_that_ended_and_drops_its_file() -> None
     try:
         [(_, (text,))] = files.read_batch([path], 1, 0.0)
         assert text is not None and stall.parse_stat(text)[0] in "SR"
-        done.set()
-        worker.join()
-        for _ in range(500):
-            if not os.path.exists(f"/proc/{worker.native_id}"):
-                break
-            time.sleep(0.01)
+        _end(worker, done)
         assert files.read_batch([path], 2, 0.0)[0][1] == (None,)
         assert path not in files._fds  # reopened (and refused) at the next batch, not read stale
     finally:

@@ -342,8 +342,8 @@ def test_a_batch_refuses_what_it_cannot_bound(args: tuple[tuple[int, ...], int, 
 
 @needs_c
 def test_the_sampler_thread_samples_in_batches_at_its_rate() -> None:
-    """The real /proc sampled by the thread: about hz samples a second of each thread,
-    each accounted with the time it was read at."""
+    """The real /proc sampled by the thread in batches: each sample accounted, a thread
+    asleep on an Event counted as waiting, /proc/stat read for the idle cores."""
     busy = threading.Event()
     worker = threading.Thread(target=lambda: busy.wait(5))
     worker.start()

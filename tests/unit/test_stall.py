@@ -365,6 +365,7 @@ def test_the_sampler_thread_samples_in_batches_at_its_rate() -> None:
         worker.join()
 
 
+@needs_c
 def test_more_appliers_than_a_batch_holds_are_sampled_one_sample_a_wake() -> None:
     """Over MAX_CELLS files a sample (over a thousand workers) the batch would refuse
     them: the sampler reads them as before, never dies on it."""

@@ -24,8 +24,8 @@
 
 #define BUF 4096
 #define MAX_SAMPLES 64
-/* Files times samples of one call, each read into its own BUF: 16 MB at most
-   (stall.MAX_CELLS, which the sampler keeps its batches under). */
+/* Files times samples of one call, each read into its own BUF: 16 MB at most.
+   Exported as MAX_CELLS: the sampler keeps its batches under it. */
 #define MAX_CELLS 4096
 
 static void sleep_for(double seconds)
@@ -131,5 +131,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC
 PyInit__procread(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "MAX_CELLS", MAX_CELLS) < 0)
+        Py_CLEAR(m);
+    return m;
 }

@@ -62,15 +62,18 @@ try:
     # each read and each wait handed the GIL over and back, six times a sample.
     if os.environ.get("LAGD_PURE_PYTHON"):
         raise ImportError("pure Python requested")
+    from lagd.prefetch._procread import MAX_CELLS as _MAX_CELLS
     from lagd.prefetch._procread import read_batch as _read_batch
 
     READ_BATCH: Callable[[tuple[int, ...], int, float], Batch] | None = _read_batch
+    # Files times samples in one batch: more threads, fewer samples a batch; past it
+    # (over a thousand appliers) a sample a wake, as without the C reader.
+    MAX_CELLS = _MAX_CELLS
 except ImportError:
-    READ_BATCH = None
+    READ_BATCH, MAX_CELLS = None, 0
 # A batch spans at most this long: what the gate and /status see of the split is
 # this much older than with one sample a wake (a second judged: under a tenth).
 BATCH_SECONDS = 0.1
-MAX_CELLS = 4096  # files times samples in one batch (_procread.c): more threads, fewer samples a batch
 
 log = logging.getLogger("lagd.prefetch.stall")
 
@@ -599,7 +602,7 @@ class StallMonitor:
         # Its own files too: the old thread closes its own as it ends.
         stop = self._stop = threading.Event()
         files = self._files = ProcFiles() if self._files is not None else None
-        batched = READ_BATCH is not None and files is not None and self._clock is time.monotonic
+        batches = files if READ_BATCH is not None and self._clock is time.monotonic else None
 
         def loop() -> None:
             name_this_thread("lagd-stall")
@@ -607,21 +610,13 @@ class StallMonitor:
             try:
                 while not stop.is_set():
                     interval = 1.0 / sampling_hz(len(self._wanted), self.budget, self.hz)
-                    if not batched:
-                        if stop.wait(interval):
-                            break
-                        self.sample()
-                        continue
-                    assert files is not None
                     tids = self._wanted
-                    paths = _paths(tids)
-                    if len(paths) > MAX_CELLS:  # over a thousand appliers: a sample a wake
-                        if not stop.wait(interval):
-                            self._take(self._clock(), tids, files.read_many(paths))
-                        continue
-                    n = max(1, min(int(BATCH_SECONDS / interval + 1e-9), MAX_CELLS // len(paths)))
-                    for at, texts in files.read_batch(paths, n, interval):
-                        self._take(at, tids, texts)
+                    if batches is not None and len(paths := _paths(tids)) <= MAX_CELLS:
+                        n = max(1, min(int(BATCH_SECONDS / interval + 1e-9), MAX_CELLS // len(paths)))
+                        for at, texts in batches.read_batch(paths, n, interval):
+                            self._take(at, tids, texts)
+                    elif not stop.wait(interval):
+                        self.sample()
             finally:
                 if files is not None:
                     files.close()

@@ -500,6 +500,23 @@ SLOWER = 1 / RAISED
 # A try that turned harmful costs 2 s more at most; one that never paid is judged
 # as before (update_k's tries: their first two seconds).
 CONFIRM_SECONDS = 2 * JUDGE_SECONDS
+# What a try must show before it runs on: a gain beyond the SQL thread's own unevenness.
+# Two seconds of its apply rate against the two before (each a verdict's compare) spread
+# widely on their own: in cold catch-ups (2026-12-07, a twenty-seventh session: 474
+# such pairs of windows from mixed and update_pk, 200,000 changes) the later window ran
+# 0.84-1.20x the earlier one (10th-90th percentile), 1.45x at most, and 1.05x or more
+# (RAISED) in 40% of them: a try whose probes did nothing was judged to pay two times
+# in five and ran REBASE_SECONDS, which on a slow machine left mixed at 0.94-1.03x with
+# 9-12 CPU-seconds of lagd and 8-14 of the server's spent on probes. So a try that
+# raised the rate by less than SHOWN[0] is compared again: the SQL thread measured
+# alone once more (BASE_SECONDS, its lead drained), then probed again, each compare's
+# gain kept (Gate.gains). The probes run on once the geometric mean of the gains of n
+# compares reaches SHOWN[n - 1]; they stop as a try that did not pay when it falls
+# under RAISED, or is under SHOWN[-1] after all of them. The figures are about 2.5 (the
+# last 1.65) times the spread of the log of one compare's gain (0.14), over the root of
+# n: a SQL thread the probes do not speed up passes them about 1 time in 15, one they
+# speed up 1.4x or more passes at the first compare or the second.
+SHOWN = (1.5, 1.3, 1.2, 1.12)
 # Purge must not fall behind for the probes' sake. A row change's undo waits in
 # InnoDB's history list until purge has removed what it left (delete-marked index
 # entries, old row versions). Probes take the reads and index-tree latches purge
@@ -628,6 +645,9 @@ class Gate:
     history_mark: int | None = None
     rebase: bool = False  # measuring the SQL thread alone again after probes that paid
     base_reads: float = 0.0  # applier threads reading times wall seconds, over ``base``
+    # The gains (rate with probes / rate before) of the compares so far that did not yet
+    # show a gain beyond the SQL thread's own unevenness (SHOWN); () outside such a run.
+    gains: tuple[float, ...] = ()
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
@@ -767,6 +787,21 @@ def without_backlog(gate: Gate, fresh: Gate) -> Gate:
     return replace(fresh, fails=gate.fails) if gate.fails and not fresh.open else fresh
 
 
+def gain_shown(gains: tuple[float, ...]) -> tuple[bool | None, str]:
+    """Whether the compares' gains show the probes pay (SHOWN): True, False, or None while
+    more compares must tell; and the figures, for the reason. Pure."""
+    n = min(len(gains), len(SHOWN))
+    mean = math.exp(sum(math.log(max(g, 1e-9)) for g in gains[-n:]) / n)
+    need = SHOWN[n - 1]
+    said = (f"{mean:.2f}x over {n} compare{'s' if n > 1 else ''}, {need:.2f}x"
+            f" needed where the SQL thread alone varies this much")
+    if mean >= need:
+        return True, said
+    if mean < RAISED or n == len(SHOWN):
+        return False, said
+    return None, said
+
+
 def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     """The verdict after about a second of the applier's time. Pure.
 
@@ -818,11 +853,12 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
             base = (gate.base[0] + w.wall, gate.base[1] + w.applied)
             if base[0] < BASE_SECONDS:
                 return Gate(False, f"{reads}: measuring its apply rate before prefetching",
-                            None, True, base=base, fails=gate.fails, rebase=gate.rebase, base_reads=reading)
+                            None, True, base=base, fails=gate.fails, rebase=gate.rebase, base_reads=reading,
+                            gains=gate.gains)
             idle = f", {w.headroom:.1f} idle cores" if w.headroom is not None else ""
             return Gate(True, f"{reads}{idle}: prefetching",
                         w.read_share, True, GRACE_WINDOWS, rate_before=base[1] / base[0], fails=gate.fails,
-                        history_from=w.history)
+                        history_from=w.history, gains=gate.gains)
         if w.cpu_share >= CPU_SHARE:
             return Gate(False, f"SQL thread {round(100 * w.cpu_share)}% on CPU: CPU-bound,"
                                " prefetch cannot help", None, True, fails=gate.fails)
@@ -863,14 +899,30 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     rate -= debt
     rates = (f"applied {_rate(gate.rate_before)} before, {_rate(rate + debt)} with probes{left};"
              f" reads {round(100 * (gate.baseline or 0.0))}% of its time before, {pct}% now")
-    if rate >= gate.rate_before * RAISED and gate.rate_before > 0:
-        pays = f"probes speed the SQL thread up ({rates})"
+    purge_lost = debt >= gate.rate_before * (RAISED - 1) and gate.rate_before > rate
+    # A compare of a try that has not paid yet joins the others' (SHOWN); not inside one
+    # big transaction, where the SQL thread alone cannot be measured again, nor where the
+    # rate alone already decides (slower by the margin, or purge left behind).
+    gain = rate / gate.rate_before if gate.rate_before > 0 else 0.0
+    shown = None if paid or w.inside or purge_lost or gain < SLOWER else gain_shown((*gate.gains, gain))
+    if shown is not None and shown[0] is None:
+        sped = "sped" if gain >= RAISED else "did not speed"
+        return Gate(False, f"probes {sped} the SQL thread up ({rates}): {shown[1]}; measuring it alone"
+                           " again to compare", None, True,
+                    rebase=True, gains=(*gate.gains, gain), fails=gate.fails)
+    if shown is not None and shown[0] is False and gain >= RAISED:
+        hold = _hold(gate.fails)
+        return Gate(False, f"probes did not speed the SQL thread up beyond its own unevenness ({rates}):"
+                           f" {shown[1]}: backing off for {hold} s", None, True, 0, hold,
+                    fails=gate.fails + 1)
+    if gain >= RAISED:
+        pays = f"probes speed the SQL thread up ({rates})" + (f": {shown[1]}" if shown and gate.gains else "")
         since = gate.since_base + wall
         if since >= REBASE_SECONDS and not w.inside:
             return Gate(False, f"{pays}; measuring it alone again: its speed of {since:.0f} s ago"
                                " is no longer the one to beat", None, True, rebase=True)
         return replace(gate, reason=pays, judged=(0.0, 0), fails=0, since_base=since, history_recent=recent,
-                       history_mark=w.history)
+                       history_mark=w.history, gains=())
     if gate.rate_before == 0 and w.read_share < (gate.baseline or 0.0) * LOWERED:
         # Measured alone inside one big transaction, its rows not counted (the position
         # does not move; without PROCESS, or before the cursor had read it): the read
@@ -879,7 +931,6 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         # rest of the transaction.
         return replace(gate, reason=f"probes cut the SQL thread's read waits ({rates})",
                        judged=(0.0, 0), fails=0)
-    purge_lost = debt >= gate.rate_before * (RAISED - 1) and gate.rate_before > rate
     if paid and wall < CONFIRM_SECONDS and not purge_lost:
         return replace(gate, reason=f"probes did not pay over {wall:.0f} s after paying"
                                     f" {gate.since_base:.0f} s ({rates}): judging them over"

@@ -795,7 +795,8 @@ def gain_shown(gains: tuple[float, ...]) -> tuple[bool | None, str]:
     n = min(len(gains), len(SHOWN))
     mean = math.exp(sum(math.log(max(g, 1e-9)) for g in gains[-n:]) / n)
     need = SHOWN[n - 1]
-    said = (f"{mean:.2f}x over {n} compare{'s' if n > 1 else ''}, {need:.2f}x"
+    # Shown rounded down: a mean of 1.117 under the 1.12 needed must not read "1.12x".
+    said = (f"{math.floor(mean * 100) / 100:.2f}x over {n} compare{'s' if n > 1 else ''}, {need:.2f}x"
             f" needed where the SQL thread alone varies this much")
     if mean >= need:
         return True, said

@@ -273,6 +273,19 @@ def test_a_gain_within_the_sql_threads_unevenness_is_compared_again_until_shown(
     assert "1.30x over 2 compares, 1.30x needed" in g.reason
 
 
+def test_a_run_of_compares_waits_for_the_cpu_and_goes_on() -> None:
+    """Measured alone again between two compares, a saturated CPU keeps the probes out
+    but not the compares made: the next try is their second, not a first again."""
+    g = Gate(False, "x; measuring it alone again to compare", None, True, rebase=True, gains=(1.44,))
+    g = stall_gate(g, w(0.4, headroom=0.3), prefetching=False)
+    assert not g.open and "CPU is saturated" in g.reason and g.rebase and g.gains == (1.44,)
+    g = stall_gate(g, w(0.4, queued=0.6), prefetching=False)
+    assert not g.open and "wait for a core" in g.reason and g.rebase and g.gains == (1.44,)
+    for _ in range(int(control.BASE_SECONDS)):
+        g = stall_gate(g, w(0.2, rate=1000), prefetching=False)
+    assert g.open and g.gains == (1.44,)
+
+
 @pytest.mark.parametrize(("gains", "shown"), [
     ((1.04,), False), ((1.05,), None), ((1.49,), None), ((1.5,), True),
     ((1.2, 1.0), None), ((1.2, 0.9), False), ((1.3, 1.3), True),

@@ -841,16 +841,21 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
         reading = gate.base_reads + w.readers * w.wall
         if (reading >= READ_SHARE * (gate.base[0] + w.wall) if w.wall > 0 else w.readers >= READ_SHARE) \
                 or gate.rebase:
+            # No probes while the CPU is short; a run of compares (gains) waits for it, not
+            # lost: an update_pk try at 1.44x, measured alone again, met 0.3 idle cores for
+            # 2 s and began anew with one compare to 1.5x, three times in one catch-up.
             if w.headroom is not None and w.headroom < MIN_HEADROOM:
                 return Gate(False, f"{reads}, but the CPU is saturated"
                                    f" ({w.headroom:.1f} idle cores): probes would take it from the SQL"
-                                   " thread", None, True, fails=gate.fails)
+                                   " thread", None, True, fails=gate.fails, rebase=gate.rebase,
+                            gains=gate.gains)
             if w.queued >= CPU_WAIT_SHARE:
                 # Idle cores on average, yet the appliers queue for one: they
                 # wake together (parallel workers at each group commit), and
                 # probes would add to that queue.
                 return Gate(False, f"{reads}, but {w.queued:.1f} of its threads wait for a core on"
-                                   " average: probes would add to that queue", None, True, fails=gate.fails)
+                                   " average: probes would add to that queue", None, True, fails=gate.fails,
+                            rebase=gate.rebase, gains=gate.gains)
             if w.applied is None:
                 return gate  # a relay-log file switch: the second's progress is unknown
             base = (gate.base[0] + w.wall, gate.base[1] + w.applied)

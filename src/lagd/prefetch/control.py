@@ -508,10 +508,9 @@ CONFIRM_SECONDS = 2 * JUDGE_SECONDS
 # most, and 1.05x or more (RAISED) in 39% of them: a try whose probes did nothing was
 # judged to pay two times in five and ran REBASE_SECONDS, which on a slow machine left
 # mixed at 0.94-1.03x with 9-12 CPU-seconds of lagd and 8-14 of the server's spent on
-# probes. So a try that
-# raised the rate by less than SHOWN[0] is compared again: the SQL thread measured
-# alone once more (BASE_SECONDS, its lead drained), then probed again, each compare's
-# gain kept (Gate.gains). The probes run on once the geometric mean of the gains of n
+# probes. So a try that raised the rate by less than SHOWN[0] is compared again: the SQL
+# thread measured alone once more (BASE_SECONDS, its lead drained), then probed again,
+# each compare's gain kept (Gate.gains). The probes run on once the geometric mean of the gains of n
 # compares reaches SHOWN[n - 1]; they stop as a try that did not pay when it falls
 # under RAISED, or is under SHOWN[-1] after all of them. The figures are about 2.5 (the
 # last 1.65) times the spread of the log of one compare's gain (0.14), over the root of
@@ -915,12 +914,12 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     # big transaction, where the SQL thread alone cannot be measured again, nor where the
     # rate alone already decides (slower by the margin, or purge left behind).
     gain = rate / gate.rate_before if gate.rate_before > 0 else 0.0
-    shown = None if paid or w.inside or purge_lost or gain < SLOWER else gain_shown((*gate.gains, gain))
+    gains = (*gate.gains, gain)
+    shown = None if paid or w.inside or purge_lost or gain < SLOWER else gain_shown(gains)
     if shown is not None and shown[0] is None:
         sped = "sped" if gain >= RAISED else "did not speed"
         return Gate(False, f"probes {sped} the SQL thread up ({rates}): {shown[1]}; measuring it alone"
-                           " again to compare", None, True,
-                    rebase=True, gains=(*gate.gains, gain), fails=gate.fails)
+                           " again to compare", None, True, rebase=True, gains=gains, fails=gate.fails)
     if shown is not None and shown[0] is False and gain >= RAISED:
         hold = _hold(gate.fails)
         return Gate(False, f"probes did not speed the SQL thread up beyond its own unevenness ({rates}):"

@@ -89,7 +89,8 @@ def full_prefetch() -> PrefetchSnapshot:
         target_transactions=40, connections=8, benefit=1.8, probe_latency_avg=0.002,
         cursor="relay-bin.000003:120900",
         pool={"issued": 590, "succeeded": 580, "failed": 6, "timed_out": 4, "refused": 0,
-              "rows_found": 7_700, "reconnects": 1, "busy": 3, "queued": 5, "open": 6, "last_error": None},
+              "rows_found": 7_700, "reconnects": 1, "connected": 7, "busy": 3, "queued": 5, "open": 6,
+              "last_error": None},
     )
 
 

@@ -71,7 +71,8 @@ def prefetch(state: str, reason: str, in_time: int, late: int, benefit: float | 
                 "rows_probed": 52_000, "in_time": in_time, "late": late, "dropped": 3, "jumps": 2,
                 "resyncs": 0, "corrupt": 0, "windows": 12, "skipped": {"no_key": 7}}
     pool = {"issued": in_time + late + 3, "succeeded": in_time + late, "failed": 0, "timed_out": 3,
-            "refused": 0, "rows_found": 50_000, "reconnects": 0, "busy": 2, "queued": 5, "last_error": None}
+            "refused": 0, "rows_found": 50_000, "reconnects": 0, "connected": 8, "busy": 2, "queued": 5,
+            "last_error": None}
     return PrefetchSnapshot(
         state=state, reason=reason, counters=counters, lead_transactions=lead, lead_rows=lead * 12,
         lead_bytes=lead * 3_000, lead_seconds=2.5, lead_pages=lead * 10, target_transactions=60,

@@ -115,6 +115,7 @@ FULL: list[tuple[str, dict[str, str], Any]] = [
     ("lagd_prefetch_target_lead_transactions", {}, 40.0),
     ("lagd_prefetch_connections", {}, 8.0),
     ("lagd_prefetch_connections_open", {}, 6.0),
+    ("lagd_prefetch_sessions_opened_total", {}, 7.0),
     ("lagd_prefetch_benefit_ratio", {}, 1.8),
     ("lagd_prefetch_probe_duration_seconds_count", {}, 590.0),
     ("lagd_prefetch_probe_duration_seconds_sum", {}, 0.002 * 590),

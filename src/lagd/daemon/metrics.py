@@ -308,6 +308,11 @@ def prefetch_metrics(s: Snapshot) -> Iterator[Metric]:
     reconnects = _counter("lagd_prefetch_reconnects", "Failed probe connection attempts.")
     _add(reconnects, [], pool.get("reconnects"))
     families.append(reconnects)
+    # Sessions opened, counted apart from the failures: each one costs the replica a
+    # login and its prepared statements again, so churn here is load lagd adds.
+    opened = _counter("lagd_prefetch_sessions_opened", "Probe sessions opened (logins on the replica).")
+    _add(opened, [], pool.get("connected"))
+    families.append(opened)
 
     polls = _counter("lagd_prefetch_replica_polls", "Polls of the replica's state while prefetching, by "
                      "kind: its whole status, or the SQL thread's position alone between two.", ["kind"])

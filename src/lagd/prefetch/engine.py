@@ -1329,8 +1329,8 @@ class PrefetchEngine:
                   "failed": pc.failed,
                   "timed_out": pc.timed_out, "refused": pc.refused, "scans": pc.scans,
                   "explained": pc.explained, "unprepared": pc.unprepared, "rows_found": pc.rows_found,
-                  "reconnects": pc.reconnects, "busy": self.pool.busy, "queued": self.pool.queued,
-                  "open": self.pool.open, "last_error": self.pool.last_error},
+                  "reconnects": pc.reconnects, "connected": pc.connected, "busy": self.pool.busy,
+                  "queued": self.pool.queued, "open": self.pool.open, "last_error": self.pool.last_error},
             connections_note=self.slots_reason if self._slots_binding()[0] else None,
         )
 

@@ -42,8 +42,11 @@ def compare(at: Callable[[float], float], t: float, factor: float = 1.0) -> tupl
     return (factor * after / before if before > 0 else 0.0), start + judged
 
 
-def replay(at: Callable[[float], float], t: float, end: float, factor: float = 1.0) -> bool | None:
-    """control.SHOWN's outcome of a try started at ``t`` (None: the run ended first)."""
+def replay(at: Callable[[float], float], t: float, end: float, factor: float = 1.0,
+           young: bool = False) -> bool | None:
+    """control.SHOWN's outcome of a try started at ``t`` (None: the run ended first).
+    ``young``: its first speed alone is measured in the SQL thread's first seconds
+    (control.YOUNG_BIAS)."""
     gains: tuple[float, ...] = ()
     while True:
         gain, t = compare(at, t, factor)
@@ -52,9 +55,11 @@ def replay(at: Callable[[float], float], t: float, end: float, factor: float = 1
         if gain < control.SLOWER:
             return False
         gains = (*gains, gain)
-        shown = control.gain_shown(gains)[0]
+        shown = control.gain_shown(gains, young)[0]
         if shown is not None:
             return shown
+        if young:
+            gains, young = (), False
         t += 1.0  # the lead drains before the SQL thread is measured alone again
 
 
@@ -65,6 +70,9 @@ def main() -> int:
     args = ap.parse_args()
     gains: list[float] = []
     outcomes: dict[float, list[bool]] = {f: [] for f in FACTORS}
+    # Each run's first try, its speed alone measured from WARMUP_SECONDS on: without the
+    # allowance for a pool still warming (False) and with it (True).
+    firsts: dict[bool, dict[float, list[bool]]] = {y: {f: [] for f in FACTORS} for y in (False, True)}
     runs = 0
     for path in args.runs:
         with open(path) as f:
@@ -77,6 +85,11 @@ def main() -> int:
                 first = next((p[0] for p in r["progress"] if p[1] > 0), 0.0)
                 end = r["seconds"] - 2.0  # its last seconds: the backlog's tail, not its speed
                 t = first + control.WARMUP_SECONDS
+                for young in (False, True):
+                    for f in FACTORS:
+                        outcome = replay(at, t, end, f, young)
+                        if outcome is not None:
+                            firsts[young][f].append(outcome)
                 while t < end:
                     gain, done = compare(at, t)
                     if done <= end:
@@ -104,6 +117,9 @@ def main() -> int:
           " the SQL thread up by")
     for f in FACTORS[1:]:
         print(f"  {f:.2f}x: {sum(outcomes[f]) / max(1, len(outcomes[f])):.0%} of {len(outcomes[f])} tries")
+    for young, said in ((False, "as any other"), (True, f"with control.YOUNG_BIAS {control.YOUNG_BIAS}")):
+        print(f"each run's first try, judged {said}: where probes sped the SQL thread up by")
+        print("  " + ", ".join(f"{f:.2f}x: {sum(o)} of {len(o)} pass" for f, o in firsts[young].items()))
     return 0
 
 

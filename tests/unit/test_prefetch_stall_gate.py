@@ -295,6 +295,43 @@ def test_gain_shown(gains: tuple[float, ...], shown: bool | None) -> None:
     assert control.gain_shown(gains)[0] is shown
 
 
+@pytest.mark.parametrize(("gain", "shown"), [(1.04, False), (1.05, None), (1.94, None), (1.95, True)])
+def test_gain_shown_against_a_speed_of_the_first_seconds(gain: float, shown: bool | None) -> None:
+    assert control.gain_shown((gain,), young=True)[0] is shown
+
+
+def young_try(gain: float) -> Gate:
+    """A first try against a speed measured in the SQL thread's first seconds, judged."""
+    g = stall_gate(MEASURING, replace(w(0.6, rate=1000), young=True), prefetching=False)
+    assert g.open and g.young
+    for _ in range(1 + int(control.JUDGE_SECONDS)):  # the grace second, then two judged
+        g = stall_gate(g, w(0.3, rate=1000 * gain), prefetching=True)
+    return g
+
+
+def test_a_first_compare_against_a_speed_of_the_first_seconds_is_made_again_without_its_gain() -> None:
+    """A pool the SQL thread has just begun to use makes its speed alone low (YOUNG_BIAS):
+    1.7x against it passes nothing; measured alone again, the next compare starts afresh."""
+    g = young_try(1.7)
+    assert not g.open and g.rebase and g.gains == () and g.hold == 0
+    assert "1.70x over 1 compare against its speed in its first seconds, 1.95x needed" in g.reason
+    for _ in range(int(control.BASE_SECONDS)):  # its threads older now
+        g = stall_gate(g, w(0.2, rate=1000), prefetching=False)
+    assert g.open and not g.young
+    for _ in range(1 + int(control.JUDGE_SECONDS)):
+        g = stall_gate(g, w(0.3, rate=1300), prefetching=True)
+    assert not g.open and g.gains == (pytest.approx(1.3),)  # 1.3x: a first compare like any other
+
+
+@pytest.mark.parametrize(("gain", "open_", "hold"), [
+    (2.0, True, 0),  # beyond the bias too: runs on
+    (1.02, False, control.HOLD_WINDOWS),  # did not beat even a low speed: held as any other
+])
+def test_a_first_compare_against_a_speed_of_the_first_seconds(gain: float, open_: bool, hold: int) -> None:
+    g = young_try(gain)
+    assert g.open is open_ and g.hold == hold and g.gains == ()
+
+
 def test_measured_alone_again_its_reads_are_not_asked_for() -> None:
     """The pages the probes warmed keep the SQL thread's reads low for seconds after
     they stop: a second under READ_SHARE does not start the measurement anew."""
@@ -659,6 +696,7 @@ def test_a_just_started_sql_threads_first_second_is_not_its_speed() -> None:
     eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
     eng._gate_check()
     assert eng.gate_state.open and eng.gate_state.rate_before == 500 * 1024
+    assert eng.gate_state.young  # measured in its first seconds (YOUNG_BIAS)
     # Threads that change while probes run (parallel workers found again) are not a start.
     fake.threads = (7, 8)
     fake.add(on_cpu=0.3, disk_read=0.3)
@@ -666,6 +704,22 @@ def test_a_just_started_sql_threads_first_second_is_not_its_speed() -> None:
     eng.counters.rows_probed += 10
     eng._gate_check()
     assert eng.gate_state.open
+
+
+def test_threads_found_long_ago_are_not_measured_as_young() -> None:
+    fake = FakeStall(threads=())
+    eng, _pool = engine_with(fake)
+    eng._sql_pos = (1, 0)
+    eng._gate_check()
+    fake.threads = (7,)
+    eng._gate_check()
+    assert eng._threads_at is not None
+    eng._threads_at -= 2 * control.YOUNG_SECONDS  # found, then caught up a while
+    for _ in range(int(control.BASE_SECONDS)):
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
+    assert eng.gate_state.open and not eng.gate_state.young
 
 
 @pytest.mark.parametrize(("threads", "budget", "hz"), [

@@ -1155,9 +1155,10 @@ class PrefetchEngine:
                 self.gate_state = _MEASURING
             return
         span = sum(window.values()) / len(mon.threads)
+        young = self._threads_at is not None and now - self._threads_at < control.YOUNG_SECONDS
         w = control.stall_window(window, mon.headroom_over(max(0.5, span)), wall, applied,
                                  self._history(now), self._trx_bytes or None, self._head_big(now),
-                                 self._purge_share())
+                                 self._purge_share(), young)
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
         after = control.stall_gate(before, w, prefetching=probed > 0)

@@ -56,7 +56,8 @@ from lagd.relaylog import (
 )
 from lagd.sandbox.pair import Sandbox, SandboxConfig
 from lagd.sandbox.server import default_cache_dir, free_port
-from tests.bench import prefetch_runner, prefetch_setup
+from tests.bench import prefetch_runner, prefetch_setup, server_threads
+from tests.bench.server_threads import ServerThreads
 
 MODES = {
     # name: (buffer pool, parallel threads, lagd prefetching, warm the pool first)
@@ -112,7 +113,7 @@ class Run:
     lag: list[tuple[float, float]]  # (seconds since start, lag behind the backlog's end in source seconds)
     prefetch: dict[str, Any] | None
     server_cpu: float = 0.0  # the replica's mariadbd, CPU seconds during the run
-    server_io: dict[str, int] | None = None  # InnoDB counters' deltas during the run
+    server_io: dict[str, Any] | None = None  # InnoDB counters' deltas during the run; "threads": by role
     # (seconds since start, transactions applied) about every quarter second: the SQL
     # thread's speed through the run, e.g. how its first seconds (a pool still filling)
     # compare with the rest, which is what the stall gate's speed to beat is measured on
@@ -315,6 +316,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     split: list[tuple[float, dict[str, float]]] = []
     sampler = StallMonitor()
     looked = 0.0
+    threads = ServerThreads(rep.pid, rep.dsn.user) if rep.pid else None
 
     def history_len() -> int:
         poll_cur.execute(history_length_sql(mariadb=True))  # as lagd reads it
@@ -330,6 +332,9 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
             if not history or time.monotonic() - t0 - history[-1][0] >= 0.5:
                 history.append((round(time.monotonic() - t0, 2), history_len()))
                 disk.append((history[-1][0], *disk_counts(rep.datadir)))
+                if threads is not None:
+                    poll_cur.execute(server_threads.PROCESSLIST_SQL)
+                    threads.sample(poll_cur.fetchall())
                 if not sampler.wanted and time.monotonic() - looked >= 1.0:
                     looked = time.monotonic()
                     poll_cur.execute(stall.appliers_sql(mariadb=True))
@@ -354,6 +359,10 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     finally:
         sampler.stop()  # else its thread outlives the run, reading /proc 50 times a second
     seconds = time.monotonic() - t0
+    if threads is not None:
+        poll_cur.execute(server_threads.PROCESSLIST_SQL)
+        threads.sample(poll_cur.fetchall())
+        by_role = threads.result()
     if waits is not None:
         waits.sample(seconds, force=True)
     # The catch-up is over when the SQL thread is, but the work it leaves to purge
@@ -375,6 +384,8 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     reads = status1["Innodb_buffer_pool_reads"] - reads0
     server_io = {k: status1[k] - status0[k] for k in STATUS_VARS}
     server_io["machine_busy_pct"] = round(100 * machine_busy)
+    if threads is not None:
+        server_io["threads"] = by_role  # the catch-up's, purge's wait after it left out
     if POOL_PAGES[0]:
         # Which index's pages the pool holds at the end: where a run's extra reads went.
         for r in rep.query("SELECT INDEX_NAME AS i, COUNT(*) AS n FROM information_schema.INNODB_BUFFER_PAGE"

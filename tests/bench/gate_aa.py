@@ -54,12 +54,11 @@ def replay(at: Callable[[float], float], t: float, end: float, factor: float = 1
             return None
         if gain < control.SLOWER:
             return False
-        gains = (*gains, gain)
-        shown = control.gain_shown(gains, young)[0]
+        gains = (*gains, gain / control.YOUNG_BIAS if young else gain)
+        shown = control.gain_shown(gains)[0]
         if shown is not None:
             return shown
-        if young:
-            gains, young = (), False
+        young = False
         t += 1.0  # the lead drains before the SQL thread is measured alone again
 
 
@@ -73,6 +72,7 @@ def main() -> int:
     # Each run's first try, its speed alone measured from WARMUP_SECONDS on: without the
     # allowance for a pool still warming (False) and with it (True).
     firsts: dict[bool, dict[float, list[bool]]] = {y: {f: [] for f in FACTORS} for y in (False, True)}
+    first_gains: list[float] = []
     runs = 0
     for path in args.runs:
         with open(path) as f:
@@ -85,6 +85,9 @@ def main() -> int:
                 first = next((p[0] for p in r["progress"] if p[1] > 0), 0.0)
                 end = r["seconds"] - 2.0  # its last seconds: the backlog's tail, not its speed
                 t = first + control.WARMUP_SECONDS
+                gain, done = compare(at, t)
+                if done <= end:
+                    first_gains.append(gain)
                 for young in (False, True):
                     for f in FACTORS:
                         outcome = replay(at, t, end, f, young)
@@ -117,6 +120,10 @@ def main() -> int:
           " the SQL thread up by")
     for f in FACTORS[1:]:
         print(f"  {f:.2f}x: {sum(outcomes[f]) / max(1, len(outcomes[f])):.0%} of {len(outcomes[f])} tries")
+    first_gains.sort()
+    print(f"each run's first compare: gain {first_gains[0]:.2f}-{first_gains[-1]:.2f}x, median"
+          f" {first_gains[len(first_gains) // 2]:.2f}x (its speed alone measured in the SQL thread's"
+          " first seconds)")
     for young, said in ((False, "as any other"), (True, f"with control.YOUNG_BIAS {control.YOUNG_BIAS}")):
         print(f"each run's first try, judged {said}: where probes sped the SQL thread up by")
         print("  " + ", ".join(f"{f:.2f}x: {sum(o)} of {len(o)} pass" for f, o in firsts[young].items()))

@@ -5,7 +5,9 @@ apply rate over BASE_SECONDS "alone", a grace second, JUDGE_SECONDS "with probes
 while control.gain_shown asks for more, a second to drain and the same again. Every
 outcome that says "shown" is a false one: nothing ran. It prints the spread of one
 compare's gain and how often the old rule (one compare at RAISED) and control.SHOWN
-pass, from the progress the benchmark records (rows applied, every 0.26 s).
+pass, from the progress the benchmark records (rows applied, every 0.26 s). Each run's
+first try is replayed apart too, with and without control.YOUNG_BIAS: its speed alone
+is measured in the SQL thread's first seconds.
 
     .venv/bin/python -m tests.bench.gate_aa RUNS.jsonl [RUNS.jsonl ...] [--step 0.5]
 """
@@ -121,9 +123,10 @@ def main() -> int:
     for f in FACTORS[1:]:
         print(f"  {f:.2f}x: {sum(outcomes[f]) / max(1, len(outcomes[f])):.0%} of {len(outcomes[f])} tries")
     first_gains.sort()
-    print(f"each run's first compare: gain {first_gains[0]:.2f}-{first_gains[-1]:.2f}x, median"
-          f" {first_gains[len(first_gains) // 2]:.2f}x (its speed alone measured in the SQL thread's"
-          " first seconds)")
+    if first_gains:
+        print(f"each run's first compare: gain {first_gains[0]:.2f}-{first_gains[-1]:.2f}x, median"
+              f" {first_gains[len(first_gains) // 2]:.2f}x (its speed alone measured in the SQL thread's"
+              " first seconds)")
     for young, said in ((False, "as any other"), (True, f"with control.YOUNG_BIAS {control.YOUNG_BIAS}")):
         print(f"each run's first try, judged {said}: where probes sped the SQL thread up by")
         print("  " + ", ".join(f"{f:.2f}x: {sum(o)} of {len(o)} pass" for f, o in firsts[young].items()))

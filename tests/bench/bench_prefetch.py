@@ -318,6 +318,11 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     looked = 0.0
     threads = ServerThreads(rep.pid, rep.dsn.user) if rep.pid else None
 
+    def sample_threads() -> None:
+        if threads is not None:
+            poll_cur.execute(server_threads.PROCESSLIST_SQL)
+            threads.sample(poll_cur.fetchall())
+
     def history_len() -> int:
         poll_cur.execute(history_length_sql(mariadb=True))  # as lagd reads it
         n = history_length(poll_cur.fetchall())
@@ -332,9 +337,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
             if not history or time.monotonic() - t0 - history[-1][0] >= 0.5:
                 history.append((round(time.monotonic() - t0, 2), history_len()))
                 disk.append((history[-1][0], *disk_counts(rep.datadir)))
-                if threads is not None:
-                    poll_cur.execute(server_threads.PROCESSLIST_SQL)
-                    threads.sample(poll_cur.fetchall())
+                sample_threads()
                 if not sampler.wanted and time.monotonic() - looked >= 1.0:
                     looked = time.monotonic()
                     poll_cur.execute(stall.appliers_sql(mariadb=True))
@@ -359,10 +362,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     finally:
         sampler.stop()  # else its thread outlives the run, reading /proc 50 times a second
     seconds = time.monotonic() - t0
-    if threads is not None:
-        poll_cur.execute(server_threads.PROCESSLIST_SQL)
-        threads.sample(poll_cur.fetchall())
-        by_role = threads.result()
+    sample_threads()
     if waits is not None:
         waits.sample(seconds, force=True)
     # The catch-up is over when the SQL thread is, but the work it leaves to purge
@@ -385,7 +385,7 @@ def run_one(sb: Sandbox, cache: Path, meta: dict[str, Any], workload: str, mode:
     server_io = {k: status1[k] - status0[k] for k in STATUS_VARS}
     server_io["machine_busy_pct"] = round(100 * machine_busy)
     if threads is not None:
-        server_io["threads"] = by_role  # the catch-up's, purge's wait after it left out
+        server_io["threads"] = threads.result()  # sampled to the catch-up's end: purge's wait left out
     if POOL_PAGES[0]:
         # Which index's pages the pool holds at the end: where a run's extra reads went.
         for r in rep.query("SELECT INDEX_NAME AS i, COUNT(*) AS n FROM information_schema.INNODB_BUFFER_PAGE"

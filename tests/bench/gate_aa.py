@@ -86,23 +86,23 @@ def main() -> int:
                 at = applied_at(r["progress"])
                 first = next((p[0] for p in r["progress"] if p[1] > 0), 0.0)
                 end = r["seconds"] - 2.0  # its last seconds: the backlog's tail, not its speed
-                t = first + control.WARMUP_SECONDS
-                gain, done = compare(at, t)
-                if done <= end:
-                    first_gains.append(gain)
-                for young in (False, True):
-                    for f in FACTORS:
-                        outcome = replay(at, t, end, f, young)
-                        if outcome is not None:
-                            firsts[young][f].append(outcome)
+                t = start = first + control.WARMUP_SECONDS
+                for f in FACTORS:  # the first try with the allowance; without it, in the loop
+                    outcome = replay(at, t, end, f, young=True)
+                    if outcome is not None:
+                        firsts[True][f].append(outcome)
                 while t < end:
                     gain, done = compare(at, t)
                     if done <= end:
                         gains.append(gain)
+                        if t == start:
+                            first_gains.append(gain)
                     for f in FACTORS:
                         outcome = replay(at, t, end, f)
                         if outcome is not None:
                             outcomes[f].append(outcome)
+                            if t == start:
+                                firsts[False][f].append(outcome)
                     t += args.step
     if not gains:
         print("no cold run with its progress in these files", file=sys.stderr)

@@ -19,10 +19,11 @@ for the interval it was seen in.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from lagd.prefetch.stall import parse_io, parse_stat
 
 PAGE_BYTES = 16384
 ROLES = ("sql", "lagd", "clients", "server")
@@ -59,17 +60,15 @@ def add_interval(totals: dict[str, list[float]], before: Mapping[int, tuple[floa
 
 
 def read_threads(pid: int) -> dict[int, tuple[float, int]]:
-    """Every thread of ``pid``: (user + system CPU seconds, bytes read from storage)."""
-    tick = os.sysconf("SC_CLK_TCK")
+    """Every thread of ``pid``: (user + system CPU seconds, bytes read from storage), parsed
+    as lagd's stall sampler parses them."""
     out: dict[int, tuple[float, int]] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            io = (task / "io").read_text()
+            stat, io = (task / "stat").read_text(), (task / "io").read_text()
         except OSError:  # ended between the listing and the read
             continue
-        read = next((int(line.split()[1]) for line in io.splitlines() if line.startswith("read_bytes:")), 0)
-        out[int(task.name)] = ((int(fields[11]) + int(fields[12])) / tick, read)
+        out[int(task.name)] = (parse_stat(stat)[1] / 1e9, parse_io(io) or 0)
     return out
 
 

@@ -26,6 +26,7 @@ from lagd.lag_rates import DecayingRate
 from lagd.mysql import changebuf
 from lagd.mysql.errors import CONNECTION_KINDS, Kind, kind_of
 from lagd.mysql.monitor import ReplicaMonitor, Sample
+from lagd.mysql.replica import ReplicaStatus
 from lagd.prefetch import control, stall
 from lagd.prefetch.fingerprint import ShapeFlights
 from lagd.prefetch.inserts import table_keys
@@ -191,6 +192,9 @@ class PrefetchEngine:
         self._win: dict[str, float] = {}
         self.static_off = control.pool_too_small(limits)
         self._sample: Sample | None = None
+        self._arrived: tuple[Sample, float] | None = None  # the poll loop's last, when it came
+        self._observed: Sample | None = None  # the last sample _step took the position from
+        self._observed_pos: RelayPosition | None = None
         self._new_sample = asyncio.Event()
         # The position poll between two full statuses (control.FULL_STATUS_EVERY).
         self._by_gtid: dict[str, _Trx] = {}  # read transactions not yet applied, by GTID
@@ -745,9 +749,9 @@ class PrefetchEngine:
                 self.counters.status_polls += 1
             else:
                 self.counters.position_polls += 1
-            self._sample = sample
-            self._new_sample.set()
             now = self._clock()
+            self._sample, self._arrived = sample, (sample, now)
+            self._new_sample.set()
             running = self._sample.status is not None and self._sample.status.sql_running
             due = now >= next_discovery or running != was_running
             if self.stall is not None and self._stall_own and due:
@@ -798,7 +802,8 @@ class PrefetchEngine:
         self._gtids = gtids
         last = self._sample
         if gtid is None:
-            return last if why == "same" else None
+            # A new sample all the same: this poll is an observation (_observe).
+            return Sample(time.time(), time.monotonic(), last.status) if why == "same" and last else None
         trx = self._by_gtid.get(gtid)
         end = trx.ended if trx is not None else None
         if end is None or last is None or last.status is None:
@@ -992,17 +997,34 @@ class PrefetchEngine:
             self._cursor.close(last=self.reader.close)
             await self.pool.close()
 
+    def _observe(self, sample: Sample, st: ReplicaStatus, now: float) -> tuple[RelayPosition, bool]:
+        """The SQL thread's position in ``sample``, and whether it moved back since the last.
+
+        One poll is one observation. The loop steps again after every read and wait (2-3
+        steps a poll in a catch-up), on the sample it has: taken again, the position
+        would be popped for nothing and fed to the rate as if the SQL thread had stood
+        still since, and the extrapolation between polls (_sql_seq_estimate) would start
+        from the last step instead of the poll, counting late probes as in time.
+        """
+        if sample is self._observed and self._observed_pos is not None:
+            return self._observed_pos, False
+        arrived = self._arrived
+        at = arrived[1] if arrived is not None and arrived[0] is sample else now
+        pos = RelayPosition(st.relay_log_file, st.relay_log_pos)
+        key = self._key(pos.file, pos.offset)
+        moved_back = self._sql_pos is not None and key < self._sql_pos
+        applied = self._advance_sql(key, min(at, now))
+        self._follow_schema(key, moved_back)
+        self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
+        self._observed, self._observed_pos = sample, pos
+        return pos, moved_back
+
     def _step(self, sample: Sample, now: float) -> float:
         st = sample.status
         if st is None:
             self.state, self.reason = "paused", sample.error or "no replica status"
             return 1.0
-        pos = RelayPosition(st.relay_log_file, st.relay_log_pos)
-        key = self._key(pos.file, pos.offset)
-        moved_back = self._sql_pos is not None and key < self._sql_pos
-        applied = self._advance_sql(key, now)
-        self._follow_schema(key, moved_back)
-        self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
+        pos, moved_back = self._observe(sample, st, now)
         if not st.sql_running:
             self.state, self.reason = "paused", "the SQL thread is stopped"
             self._start_probation()

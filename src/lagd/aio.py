@@ -40,3 +40,54 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Future[Any]], again: float = C
     for t in tasks:
         if not t.cancelled():
             t.exception()
+
+
+class Signal:
+    """An :class:`asyncio.Event` for one waiting task at a time, whose wait ends quietly
+    at a deadline.
+
+    The prefetch engine's loops wait on such a flag between two steps and two polls,
+    hundreds of times a second in a catch-up. Under ``asyncio.timeout`` each wait that
+    runs out cancels the task and catches what that raises: about 5% of lagd's CPU
+    there (perf, docs/benchmarks.md). Here the deadline is a timer that wakes the wait.
+    """
+
+    __slots__ = ("_flag", "_waiter")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def is_set(self) -> bool:
+        return self._flag
+
+    def set(self) -> None:
+        self._flag = True
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def clear(self) -> None:
+        self._flag = False
+
+    async def wait(self, timeout: float | None = None) -> bool:
+        """Until set, or ``timeout`` seconds have passed; True when set."""
+        if self._flag:
+            return True
+        if self._waiter is not None:
+            raise RuntimeError("Signal.wait: another task is waiting already")
+        loop = asyncio.get_running_loop()
+        w = self._waiter = loop.create_future()
+        timer = loop.call_later(timeout, _wake, w) if timeout is not None else None
+        try:
+            await w
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self._waiter = None
+        return self._flag
+
+
+def _wake(w: asyncio.Future[None]) -> None:
+    if not w.done():
+        w.set_result(None)

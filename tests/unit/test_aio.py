@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from lagd.aio import cancel_and_wait
+from lagd.aio import Signal, cancel_and_wait
 
 
 async def _stubborn(stop: asyncio.Event, lost: list[int]) -> None:
@@ -42,3 +42,37 @@ async def test_what_the_tasks_raised_is_taken_and_ended_ones_are_left_alone() ->
     await cancel_and_wait([failed, done])  # no "exception was never retrieved" later
     assert isinstance(failed.exception(), RuntimeError) and done.result() is None
     await cancel_and_wait([])
+
+
+@pytest.mark.asyncio
+async def test_a_signal_set_before_or_during_a_wait_ends_it_at_once() -> None:
+    s = Signal()
+    s.set()
+    assert await s.wait(10.0) is True
+    s.clear()
+    loop = asyncio.get_running_loop()
+    loop.call_soon(s.set)
+    assert await asyncio.wait_for(s.wait(10.0), 5.0) is True
+
+
+@pytest.mark.asyncio
+async def test_a_signal_wait_runs_out_quietly() -> None:
+    s = Signal()
+    assert await s.wait(0.01) is False
+    assert not s.is_set()
+    s.set()  # no one waits: only the flag
+    assert await s.wait(0.0) is True
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_signal_wait_lets_the_next_one_in() -> None:
+    s = Signal()
+    t = asyncio.create_task(s.wait())
+    await asyncio.sleep(0)
+    with pytest.raises(RuntimeError, match="another task"):
+        await s.wait(1.0)
+    t.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await t
+    asyncio.get_running_loop().call_soon(s.set)
+    assert await asyncio.wait_for(s.wait(), 5.0) is True

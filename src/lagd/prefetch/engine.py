@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import logging
 import time
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lagd.aio import cancel_and_wait
+from lagd.aio import Signal, cancel_and_wait
 from lagd.lag_rates import DecayingRate
 from lagd.mysql import changebuf
 from lagd.mysql.errors import CONNECTION_KINDS, Kind, kind_of
@@ -195,14 +194,14 @@ class PrefetchEngine:
         self._arrived: tuple[Sample, float] | None = None  # the poll loop's last, when it came
         self._observed: Sample | None = None  # the last sample _step took the position from
         self._observed_pos: RelayPosition | None = None
-        self._new_sample = asyncio.Event()
+        self._new_sample = Signal()
         # The position poll between two full statuses (control.FULL_STATUS_EVERY).
         self._by_gtid: dict[str, _Trx] = {}  # read transactions not yet applied, by GTID
         self._domains: set[str] = set()  # the replication domains of this relay log
         self._gtids: str | None = None  # @@gtid_slave_pos at the last position poll
         self._full_at = -1e9
         self._positions = True  # False: the server has no position statement lagd knows
-        self._poll_now = asyncio.Event()
+        self._poll_now = Signal()
         self.poll_active = 0.02  # seconds between status polls while prefetching
         self.poll_idle = 0.25
         # Caught up, the SQL thread has nothing to apply (the daemon's lag loop polls
@@ -763,9 +762,7 @@ class PrefetchEngine:
             if self._wants_inside(now):
                 await self._count_inside(now)
             self._poll_now.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._poll_every()):
-                    await self._poll_now.wait()
+            await self._poll_now.wait(self._poll_every())
 
     def _poll_every(self) -> float:
         if self._fast_polls():
@@ -883,9 +880,7 @@ class PrefetchEngine:
         position at the edge of the second judged, not up to 250 ms before it."""
         self._new_sample.clear()
         self._poll_now.set()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(1.0):  # the status session's own deadline is shorter
-                await self._new_sample.wait()
+        await self._new_sample.wait(1.0)  # the status session's own deadline is shorter
         if self._sample is not None:
             self._step(self._sample, self._clock())
 
@@ -936,8 +931,8 @@ class PrefetchEngine:
 
     async def run(self, stop: asyncio.Event) -> None:
         self.pool.start()
-        self._new_sample = asyncio.Event()
-        self._poll_now = asyncio.Event()
+        self._new_sample = Signal()
+        self._poll_now = Signal()
         poller = asyncio.create_task(self._poll_loop(stop), name="prefetch-poll")
         next_window = self._clock() + self.window_seconds
         next_check = self._clock() + 1.0
@@ -983,9 +978,7 @@ class PrefetchEngine:
                 if delay > 0:
                     # Until the next status (the SQL thread may have moved) or the delay.
                     self._new_sample.clear()
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(delay):  # no task per wait, as wait_for makes
-                            await self._new_sample.wait()
+                    await self._new_sample.wait(delay)
                 else:
                     await asyncio.sleep(0)
         finally:

@@ -47,9 +47,11 @@ class Signal:
     at a deadline.
 
     The prefetch engine's loops wait on such a flag between two steps and two polls,
-    hundreds of times a second in a catch-up. Under ``asyncio.timeout`` each wait that
-    runs out cancels the task and catches what that raises: about 5% of lagd's CPU
-    there (perf, docs/benchmarks.md). Here the deadline is a timer that wakes the wait.
+    about a hundred times a second in a catch-up. Under ``asyncio.timeout`` each wait
+    that runs out cancels the task and turns the cancellation into an error that is
+    caught; here the deadline is a timer that wakes the wait, and a cancellation only
+    ever comes from outside. (What a wait costs is mostly its future and timer: lagd's
+    CPU in a catch-up was not told apart, docs/benchmarks.md.)
     """
 
     __slots__ = ("_flag", "_waiter")

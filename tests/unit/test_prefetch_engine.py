@@ -622,8 +622,19 @@ def test_an_unchanged_position_keeps_the_last_status_and_a_mysql_is_polled_in_fu
     assert not eng._positions and not eng._positions_due(clock[0])
 
 
-def _status_at(offset: int) -> Sample:
-    return Sample(0.0, 0.0, replica_status(relay_log_file="relay.000001", relay_log_pos=offset))
+def _polled(eng: PrefetchEngine, offset: int, came_at: float | None) -> Sample:
+    """A status at ``offset`` of relay.000001, as the poll loop leaves it (None: set
+    without the poll loop, no arrival time)."""
+    s = Sample(0.0, 0.0, replica_status(relay_log_file="relay.000001", relay_log_pos=offset))
+    eng._sample = s
+    if came_at is not None:
+        eng._arrived = (s, came_at)
+    return s
+
+
+def _observe(eng: PrefetchEngine, s: Sample, now: float) -> tuple[RelayPosition, bool]:
+    assert s.status is not None
+    return eng._observe(s, s.status, now)
 
 
 def test_a_poll_is_one_observation_however_many_steps_follow_it() -> None:
@@ -631,18 +642,13 @@ def test_a_poll_is_one_observation_however_many_steps_follow_it() -> None:
     # feed the rate, or restart the extrapolation from the step's time.
     clock = [100.0]
     eng = engine(clock)
-    first = _status_at(100)
-    assert first.status is not None
-    eng._sample, eng._arrived = first, (first, 100.0)
-    assert eng._observe(first, first.status, 100.0)[0].offset == 100
-    second = _status_at(300)
-    assert second.status is not None
-    eng._sample, eng._arrived = second, (second, 100.02)  # 2 transactions in 20 ms
-    eng._observe(second, second.status, 100.021)
+    assert _observe(eng, _polled(eng, 100, 100.0), 100.0)[0].offset == 100
+    second = _polled(eng, 300, 100.02)  # 2 transactions in 20 ms
+    _observe(eng, second, 100.021)
     rate, seen = eng._trx_rate.value, eng._sql_seen_at
     assert (eng._applied_seq, seen) == (3, 100.02)
     for now in (100.025, 100.03, 100.035):  # the same sample, stepped on again
-        assert eng._observe(second, second.status, now) == (RelayPosition("relay.000001", 300), False)
+        assert _observe(eng, second, now) == (RelayPosition("relay.000001", 300), False)
     assert (eng._trx_rate.value, eng._sql_seen_at) == (rate, seen)
     clock[0] = 100.04  # 20 ms after the poll at 100 trx/s: past transaction 5, not 3
     assert eng._sql_seq_estimate() == pytest.approx(5.0)
@@ -651,15 +657,9 @@ def test_a_poll_is_one_observation_however_many_steps_follow_it() -> None:
 def test_a_poll_taken_while_the_loop_was_busy_counts_from_when_it_came() -> None:
     clock = [100.0]
     eng = engine(clock)
-    s = _status_at(200)
-    assert s.status is not None
-    eng._sample, eng._arrived = s, (s, 100.0)
-    eng._observe(s, s.status, 100.015)  # the loop stepped 15 ms after the poll came in
+    _observe(eng, _polled(eng, 200, 100.0), 100.015)  # the loop stepped 15 ms after it came
     assert eng._sql_seen_at == 100.0
-    other = _status_at(300)  # set without the poll loop (no arrival time): the step's time
-    assert other.status is not None
-    eng._sample = other
-    eng._observe(other, other.status, 100.05)
+    _observe(eng, _polled(eng, 300, None), 100.05)  # no arrival time: the step's
     assert eng._sql_seen_at == 100.05
 
 

@@ -192,8 +192,8 @@ class PrefetchEngine:
         self.static_off = control.pool_too_small(limits)
         self._sample: Sample | None = None
         self._arrived: tuple[Sample, float] | None = None  # the poll loop's last, when it came
-        self._observed: Sample | None = None  # the last sample _step took the position from
-        self._observed_pos: RelayPosition | None = None
+        # The last sample _step took the SQL thread's position from, and that position.
+        self._observed: tuple[Sample, RelayPosition] | None = None
         self._new_sample = Signal()
         # The position poll between two full statuses (control.FULL_STATUS_EVERY).
         self._by_gtid: dict[str, _Trx] = {}  # read transactions not yet applied, by GTID
@@ -999,8 +999,9 @@ class PrefetchEngine:
         still since, and the extrapolation between polls (_sql_seq_estimate) would start
         from the last step instead of the poll, counting late probes as in time.
         """
-        if sample is self._observed and self._observed_pos is not None:
-            return self._observed_pos, False
+        seen = self._observed
+        if seen is not None and seen[0] is sample:
+            return seen[1], False
         arrived = self._arrived
         at = arrived[1] if arrived is not None and arrived[0] is sample else now
         pos = RelayPosition(st.relay_log_file, st.relay_log_pos)
@@ -1009,7 +1010,7 @@ class PrefetchEngine:
         applied = self._advance_sql(key, min(at, now))
         self._follow_schema(key, moved_back)
         self._win["applied_rows"] = self._win.get("applied_rows", 0) + applied
-        self._observed, self._observed_pos = sample, pos
+        self._observed = (sample, pos)
         return pos, moved_back
 
     def _step(self, sample: Sample, now: float) -> float:

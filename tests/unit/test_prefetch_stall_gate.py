@@ -117,6 +117,32 @@ def test_stall_gate(before: Gate, window: StallWindow | None, prefetching: bool,
     assert words in after.reason
 
 
+# Seconds of an open try, each (probes ran, changes read that gave none): open after them?
+NOTHING_TO_PROBE = [
+    ("lead-full-no-reads-stays-open", [(False, 0)] * 5, True),
+    ("two-seconds-unprobed-stays-open", [(False, 500)] * 2, True),
+    ("three-seconds-unprobed-shuts", [(False, 500)] * 3, False),
+    ("a-second-with-probes-starts-the-count-again", [(False, 500), (False, 500), (True, 0), (False, 500),
+                                                     (False, 500)], True),
+    ("seconds-without-reads-do-not-count", [(False, 500), (False, 0), (False, 500), (False, 0)], True),
+]
+
+
+@pytest.mark.parametrize(("seconds", "open_"), [c[1:] for c in NOTHING_TO_PROBE],
+                         ids=[c[0] for c in NOTHING_TO_PROBE])
+def test_a_try_whose_changes_give_no_probe_shuts_after_three_seconds(
+        seconds: list[tuple[bool, int]], open_: bool) -> None:
+    g = OPEN
+    for probed, unprobed in seconds:
+        g = stall_gate(g, w(0.6), prefetching=probed, unprobed=unprobed, unprobed_why="no key, 500")
+    assert g.open is open_
+    if not open_:
+        assert g.reason == ("nothing to prefetch: none of the 1,500 row changes and statements read in"
+                            " 3 s gave a probe (most of them: no key, 500); backing off for"
+                            f" {control.HOLD_WINDOWS} s")
+        assert g.hold == control.HOLD_WINDOWS and g.fails == 1 and g.unprobed == (0.0, 0)
+
+
 def test_after_probes_did_not_pay_the_gate_holds_shut_longer_each_time_then_measures_again() -> None:
     g = stall_gate(HALF_JUDGED, w(0.6), prefetching=True)
     assert not g.open and g.hold == control.HOLD_WINDOWS and g.fails == 1
@@ -599,6 +625,7 @@ class FakePool:
     size = 4
     _on_done = None
     dropped = 0
+    busy = queued = 0  # probes out
 
     def drop_queued(self) -> int:
         self.dropped += 1
@@ -637,6 +664,38 @@ def test_the_engine_opens_on_reads_and_shuts_when_probes_do_not_pay() -> None:
     assert not eng.gate_state.open and not eng._enabled
     assert "500 KiB/s of relay log before, 480 KiB/s of relay log with probes" in eng.gate_state.reason
     assert pool.dropped == 1
+
+
+def test_the_engine_shuts_a_try_whose_changes_give_no_probe_and_names_why() -> None:
+    """A table without a key: the cursor decoded its rows and polled for nothing."""
+    fake = FakeStall()
+    eng, pool = engine_with(fake)
+    eng.batcher = SimpleNamespace(skipped={}, last_reason={"no_key": "app.log: no primary key"})
+    eng._gate_check()
+    eng._sql_pos = (1, 0)
+    eng._gate_check()
+    for _ in range(2):
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
+    assert eng.gate_state.open
+    for second in range(3):
+        fake.add(on_cpu=0.3, disk_read=0.7)
+        eng.counters.given += 400
+        eng.batcher.skipped["no_key"] = 400 * (second + 1)
+        pool.busy = 1 if second == 0 else 0  # a probe out: not counted as nothing probed
+        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+        eng._gate_check()
+    assert eng.gate_state.open  # two seconds of nothing probed
+    fake.add(on_cpu=0.3, disk_read=0.7)
+    eng.counters.given += 400
+    eng.batcher.skipped["no_key"] = 1600
+    eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
+    eng._gate_check()
+    assert not eng.gate_state.open and not eng._enabled
+    assert eng.gate_state.reason == (
+        "nothing to prefetch: none of the 1,200 row changes and statements read in 3 s gave a probe"
+        f" (most of them: no key, 400: app.log: no primary key); backing off for {control.HOLD_WINDOWS} s")
 
 
 def test_at_debug_the_engine_logs_every_second_the_gate_judges(caplog: pytest.LogCaptureFixture) -> None:

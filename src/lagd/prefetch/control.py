@@ -665,6 +665,9 @@ class Gate:
     # show a gain beyond the SQL thread's own unevenness (SHOWN); () outside such a run.
     gains: tuple[float, ...] = ()
     young: bool = False  # ``rate_before`` was measured in the applier's first seconds (YOUNG_BIAS)
+    # Wall seconds open and row changes and statements read in them that gave no probe,
+    # none being out either (UNPROBED_SECONDS); reset by any second with probes.
+    unprobed: tuple[float, int] = (0.0, 0)
 
 
 UNMEASURED = Gate(True, "the SQL thread's time is not measured: the with/without comparison decides")
@@ -672,6 +675,15 @@ GRACE_WINDOWS = 1
 HOLD_WINDOWS = 10
 MAX_HOLD_WINDOWS = 120
 CPU_SHARE = 0.6
+# An open gate whose cursor reads changes that give no probe at all (tables without a
+# usable key, whose row events make the SQL thread scan; excluded schemas; appends
+# passed by; rows logged without an image) has nothing to judge, and stayed open: the
+# engine decoded every change ahead and polled the SQL thread's position 40-50 times a
+# second for nothing. A mixed catch-up with its schema excluded took 9.8-15 CPU-s of
+# lagd's that way, 1.6-1.9 with prefetch off (benchmarks.md, 2026-12-07). After this
+# many seconds open with changes read and none probed it shuts as a try that did not
+# pay (the hold doubling at each), and the next try measures again.
+UNPROBED_SECONDS = 3.0
 
 
 def _rate(bytes_per_s: float) -> str:
@@ -789,6 +801,18 @@ def moved_entries(gate: Gate, rows: int, moving: int, deletes: int = 0, inside: 
                 fails=gate.fails + 1)
 
 
+def _nothing_probed(gate: Gate, wall: float, read: int, why: str) -> Gate:
+    """An open gate after a second whose changes read gave no probe (UNPROBED_SECONDS)."""
+    seconds, changes = gate.unprobed[0] + wall, gate.unprobed[1] + read
+    if seconds < UNPROBED_SECONDS:
+        return replace(gate, unprobed=(seconds, changes))
+    hold = _hold(gate.fails)
+    most = f" (most of them: {why})" if why else ""
+    return Gate(False, f"nothing to prefetch: none of the {changes:,} row changes and statements read"
+                       f" in {seconds:.0f} s gave a probe{most}; backing off for {hold} s",
+                None, True, hold=hold, fails=gate.fails + 1)
+
+
 def without_backlog(gate: Gate, fresh: Gate) -> Gate:
     """The gate while the SQL thread has nothing to apply (caught up, stopped). Pure.
 
@@ -820,7 +844,8 @@ def gain_shown(gains: tuple[float, ...]) -> tuple[bool | None, str]:
     return None, said
 
 
-def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
+def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool, unprobed: int = 0,
+               unprobed_why: str = "") -> Gate:
     """The verdict after about a second of the applier's time. Pure.
 
     Prefetch starts only while the SQL thread spends a real share of its time
@@ -831,7 +856,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     latches), and the SQL thread's own shares cannot tell: with warm pages it
     also spends less CPU a row (no page read-in, checksum or eviction), so a
     faster SQL thread can show a smaller on-CPU share. ``prefetching``: probes
-    ran in the window.
+    ran in the window; ``unprobed``: without any, the changes read in it that gave none
+    (``unprobed_why``: what the most of them were, for the reason).
     """
     if w is None:
         return UNMEASURED
@@ -840,8 +866,12 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool) -> Gate:
     pct = round(100 * w.read_share)
     if gate.hold > 0:
         return replace(gate, hold=gate.hold - 1)
+    if prefetching and gate.unprobed != (0.0, 0):
+        gate = replace(gate, unprobed=(0.0, 0))
     if gate.open and gate.rate_before is not None and not prefetching:
-        return gate  # no probes this second (lead full, a comparison window): nothing to judge
+        if unprobed <= 0:
+            return gate  # no probes this second (lead full, a comparison window): nothing to judge
+        return _nothing_probed(gate, w.wall or w.seconds, unprobed, unprobed_why)
     if not gate.open or gate.rate_before is None:
         reads = w.reads_text()
         # Measuring again after probes that paid, its reads are not asked for: the

@@ -107,6 +107,7 @@ class PrefetchCounters:
     schema_errors: int = 0  # probes that failed on a missing index, column or table
     status_polls: int = 0  # SHOW ALL SLAVES STATUS (or the MySQL spelling) taken
     position_polls: int = 0  # of the SQL thread's position alone (control.FULL_STATUS_EVERY)
+    given: int = 0  # row changes and statements given to the batcher (not passed by or held)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,6 +248,8 @@ class PrefetchEngine:
         self._threads_at: float | None = None  # when those were first seen sampled
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
+        self._stall_given = 0  # counters.given at the last gate check
+        self._stall_skipped: dict[str, int] = {}  # and the skipped counts, engine's and batcher's
         self._gate_shut_in_window = False  # the slow comparison skips such windows
         self._appliers_sql: list[str] = [stall.appliers_sql(True), stall.appliers_sql(False)]
         self._appliers_warned = False
@@ -720,6 +723,7 @@ class PrefetchEngine:
                 self._skip("overtaken")
                 return False
             cur.rows_probed += 1
+        self.counters.given += 1
         if self._pending_seq is None:  # a batch is in time only if in time for its oldest key
             self._pending_seq = self._seq
             self._pending_row = cur.rows - 1 if cur is not None else 0
@@ -1125,6 +1129,11 @@ class PrefetchEngine:
         self._stall_seen = seen
         probed = self.counters.rows_probed - self._stall_probed
         self._stall_probed = self.counters.rows_probed
+        given = self.counters.given - self._stall_given
+        self._stall_given = self.counters.given
+        # Changes read that gave no probe while none was out either (control.UNPROBED_SECONDS).
+        unprobed = given if probed == 0 and not self.pool.busy and not self.pool.queued else 0
+        why = self._skipped_most()
         now = self._clock()
         window_from = self._gate_at
         wall = now - self._gate_at if self._gate_at is not None else 0.0
@@ -1177,7 +1186,8 @@ class PrefetchEngine:
                                  self._purge_share(), young)
         if w is None:
             return  # no sample in between: nothing new (unmeasured is decided above)
-        after = control.stall_gate(before, w, prefetching=probed > 0)
+        after = control.stall_gate(before, w, prefetching=probed > 0, unprobed=unprobed,
+                                   unprobed_why=why)
         if log.isEnabledFor(logging.DEBUG):
             # Every window the gate judged, not only its moves: what a verdict that
             # looks wrong was made of (a DBA's debug log; the benchmark's gate trace).
@@ -1185,6 +1195,19 @@ class PrefetchEngine:
                       " open=%s hold=%d: %s", w.wall, w.applied, w.read_share, w.cpu_share,
                       w.cpu_wait_share, probed, after.open, after.hold, after.reason)
         self._move_gate(before, after)
+
+    def _skipped_most(self) -> str:
+        """What most changes were passed by as since the last gate check: for a gate that
+        finds nothing to probe, so that its reason names the cause (a table without a key)."""
+        batcher = self.batcher
+        now = {**self.counters.skipped, **dict(getattr(batcher, "skipped", {}))}
+        was, self._stall_skipped = self._stall_skipped, now
+        grown = {k: n - was.get(k, 0) for k, n in now.items() if n > was.get(k, 0)}
+        if not grown:
+            return ""
+        top = max(grown, key=grown.__getitem__)
+        detail = getattr(batcher, "last_reason", {}).get(top)
+        return f"{top.replace('_', ' ')}, {grown[top]:,}" + (f": {detail}" if detail else "")
 
     def _move_gate(self, before: control.Gate, after: control.Gate) -> None:
         self.gate_state = after

@@ -1207,7 +1207,7 @@ class PrefetchEngine:
             return ""
         top = max(grown, key=grown.__getitem__)
         detail = getattr(batcher, "last_reason", {}).get(top)
-        return f"{top.replace('_', ' ')}, {grown[top]:,}" + (f": {detail}" if detail else "")
+        return top.replace("_", " ") + (f" ({detail})" if detail else "")
 
     def _move_gate(self, before: control.Gate, after: control.Gate) -> None:
         self.gate_state = after

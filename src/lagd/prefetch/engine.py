@@ -1200,13 +1200,13 @@ class PrefetchEngine:
         """What most changes were passed by as since the last gate check: for a gate that
         finds nothing to probe, so that its reason names the cause (a table without a key)."""
         batcher = self.batcher
-        now = {**self.counters.skipped, **dict(getattr(batcher, "skipped", {}))}
+        now: dict[str, int] = {**self.counters.skipped, **dict(getattr(batcher, "skipped", {}))}
         was, self._stall_skipped = self._stall_skipped, now
         grown = {k: n - was.get(k, 0) for k, n in now.items() if n > was.get(k, 0)}
         if not grown:
             return ""
-        top = max(grown, key=grown.__getitem__)
-        detail = getattr(batcher, "last_reason", {}).get(top)
+        top: str = max(grown, key=grown.__getitem__)
+        detail: str | None = getattr(batcher, "last_reason", {}).get(top)
         return top.replace("_", " ") + (f" ({detail})" if detail else "")
 
     def _move_gate(self, before: control.Gate, after: control.Gate) -> None:

@@ -39,21 +39,28 @@ def cold_pair() -> Iterator[Sandbox]:
         yield sb
 
 
-def test_the_engine_measures_the_sql_thread_and_gates_on_it(cold_pair: Sandbox) -> None:
-    sb = cold_pair
+def _cold_backlog(sb: Sandbox, seed: int, statements: int = 800) -> None:
+    """Random rows changed on the source, 100 a statement, while the SQL thread is stopped,
+    and the replica restarted (a cold pool) with the backlog received: 800 statements are
+    a catch-up of about 4 s here."""
     sb.stop_sql_thread()
-    rng = random.Random(3)
+    rng = random.Random(seed)
     conn = sb.source.connect("sg")
     try:
         with conn.cursor() as cur:
-            for i in range(800):  # 80,000 rows at random: a catch-up of seconds
+            for i in range(statements):
                 keys = ", ".join(str(rng.randint(1, ROWS)) for _ in range(100))
-                cur.execute(f"UPDATE big SET c = 'v{i}' WHERE id IN ({keys})")
+                cur.execute(f"UPDATE big SET c = 'v{seed}-{i}' WHERE id IN ({keys})")
     finally:
         conn.close()
-    sb.restart_server(sb.replica().name, start_slave=False)  # a cold pool
+    sb.restart_server(sb.replica().name, start_slave=False)
     sb.start_io_thread()
     wait_received(sb)
+
+
+def test_the_engine_measures_the_sql_thread_and_gates_on_it(cold_pair: Sandbox) -> None:
+    sb = cold_pair
+    _cold_backlog(sb, 3)
     snap, gates = asyncio.run(_run(sb))
     st = snap
     print("stall:", st, "gates:", gates)
@@ -65,12 +72,37 @@ def test_the_engine_measures_the_sql_thread_and_gates_on_it(cold_pair: Sandbox) 
     assert sb.replica().query("CHECKSUM TABLE sg.big")[0]["Checksum"] == src
 
 
-async def _run(sb: Sandbox) -> tuple[Any, list[str]]:
+def test_a_catch_up_with_nothing_to_probe_is_left_after_three_seconds(cold_pair: Sandbox) -> None:
+    """The schema excluded: reads are high, so the gate may open, but no change gives a
+    probe; the engine must not decode the whole catch-up for nothing (control.UNPROBED_SECONDS)."""
+    sb = cold_pair
+    _cold_backlog(sb, 4, 3000)  # long enough for a gate that opens at 3-4 s to find it
+    moves: list[tuple[float, str]] = []
+    engine_ref: list[Any] = []
+    asyncio.run(_run(sb, exclude=("sg",), moves=moves, engine_out=engine_ref))
+    print("gate moves:", moves)
+    assert engine_ref[0].counters.rows_probed == 0
+    opened = [t for t, why in moves if why.endswith(": prefetching")]
+    end = moves[-1][0] if moves else 0.0
+    if opened and end - opened[0] > control.UNPROBED_SECONDS + 1.5:
+        # Open long enough: it must have found nothing to probe and left.
+        assert any(why.startswith("nothing to prefetch: none of the") and "schema excluded" in why
+                   for _, why in moves), moves
+    src = sb.source.query("CHECKSUM TABLE sg.big")[0]["Checksum"]
+    assert sb.replica().query("CHECKSUM TABLE sg.big")[0]["Checksum"] == src
+
+
+async def _run(sb: Sandbox, exclude: tuple[str, ...] = (), moves: list[tuple[float, str]] | None = None,
+               engine_out: list[Any] | None = None) -> tuple[Any, list[str]]:
     dsn = sb.replica().dsn
     endpoint = Endpoint(dsn.host, dsn.port, dsn.user, dsn.password)
     opts = PrefetchOptions(connections=8, evaluate_window_seconds=2.0, buffer_pool_share=0.5)
-    engine = await build_engine(endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe),
-                                index=sb.relay_log_index(), mariadb=True, pool_bytes=64 << 20)
+    engine = await build_engine(
+        endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe, exclude_schemas=exclude),
+        index=sb.relay_log_index(), mariadb=True, pool_bytes=64 << 20)
+    if engine_out is not None:
+        engine_out.append(engine)
+    t0 = asyncio.get_running_loop().time()
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop))
     gates: list[str] = []
@@ -81,8 +113,12 @@ async def _run(sb: Sandbox) -> tuple[Any, list[str]]:
         reason = engine.gate_state.reason
         if not gates or gates[-1] != reason:
             gates.append(reason)
+            if moves is not None:
+                moves.append((round(asyncio.get_running_loop().time() - t0, 1), reason))
         await asyncio.sleep(0.1)
     await caught_up
+    if moves is not None:
+        moves.append((round(asyncio.get_running_loop().time() - t0, 1), "caught up"))
     await asyncio.to_thread(sb.stop_sql_thread)  # no applier thread: the split is "not running"
     await asyncio.sleep(2.5)  # the next discovery finds none
     stop.set()

@@ -668,17 +668,8 @@ def test_the_engine_opens_on_reads_and_shuts_when_probes_do_not_pay() -> None:
 
 def test_the_engine_shuts_a_try_whose_changes_give_no_probe_and_names_why() -> None:
     """A table without a key: the cursor decoded its rows and polled for nothing."""
-    fake = FakeStall()
-    eng, pool = engine_with(fake)
-    eng.batcher = SimpleNamespace(skipped={}, last_reason={"no_key": "app.log: no primary key"})
-    eng._gate_check()
-    eng._sql_pos = (1, 0)
-    eng._gate_check()
-    for _ in range(2):
-        fake.add(on_cpu=0.3, disk_read=0.7)
-        eng._sql_pos = (1, eng._sql_pos[1] + 500 * 1024)
-        eng._gate_check()
-    assert eng.gate_state.open
+    eng, pool = opened_engine(SimpleNamespace(skipped={}, last_reason={"no_key": "app.log: no primary key"}))
+    fake: Any = eng.stall
     for second in range(3):
         fake.add(on_cpu=0.3, disk_read=0.7)
         eng.counters.given += 400

@@ -680,9 +680,10 @@ CPU_SHARE = 0.6
 # passed by; rows logged without an image) has nothing to judge, and stayed open: the
 # engine decoded every change ahead and polled the SQL thread's position 40-50 times a
 # second for nothing. A mixed catch-up with its schema excluded took 9.8-15 CPU-s of
-# lagd's that way, 1.6-1.9 with prefetch off (benchmarks.md, 2026-12-07). After this
-# many seconds open with changes read and none probed it shuts as a try that did not
-# pay (the hold doubling at each), and the next try measures again.
+# lagd's that way on a slow machine, 1.6-1.9 with prefetch off; on a faster one 2.4,
+# and 1.1-1.2 with this rule (benchmarks.md, 2026-12-07). After this many seconds
+# open with changes read and none probed it shuts as a try that did not pay (the hold
+# doubling at each), and the next try measures again.
 UNPROBED_SECONDS = 3.0
 
 

@@ -249,7 +249,7 @@ class PrefetchEngine:
         self._stall_seen: dict[str, float] = {}
         self._stall_probed = 0
         self._stall_given = 0  # counters.given at the last gate check
-        self._stall_skipped: dict[str, int] = {}  # and the skipped counts, engine's and batcher's
+        self._stall_skipped: dict[str, int] = {}  # and the batcher's skipped counts
         self._gate_shut_in_window = False  # the slow comparison skips such windows
         self._appliers_sql: list[str] = [stall.appliers_sql(True), stall.appliers_sql(False)]
         self._appliers_warned = False
@@ -1197,10 +1197,12 @@ class PrefetchEngine:
         self._move_gate(before, after)
 
     def _skipped_most(self) -> str:
-        """What most changes were passed by as since the last gate check: for a gate that
-        finds nothing to probe, so that its reason names the cause (a table without a key)."""
+        """What the batcher passed most changes by as since the last gate check: for a gate
+        that finds nothing to probe, so that its reason names the cause (a table without a
+        key). The engine's own passes (overtaken, schema pending) never reach the batcher
+        and are not among the changes counted there."""
         batcher = self.batcher
-        now: dict[str, int] = {**self.counters.skipped, **dict(getattr(batcher, "skipped", {}))}
+        now: dict[str, int] = dict(getattr(batcher, "skipped", {}))
         was, self._stall_skipped = self._stall_skipped, now
         grown = {k: n - was.get(k, 0) for k, n in now.items() if n > was.get(k, 0)}
         if not grown:

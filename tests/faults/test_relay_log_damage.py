@@ -38,6 +38,7 @@ from tests.faults.faultkit import (
 RSS_BOUND_MB = 300.0
 OBSERVE = 3.0  # seconds each damaged copy is watched
 WRITE_ROWS = (23, 30)  # WRITE_ROWS_EVENT v1 and v2
+GTID_EVENT = 162  # MariaDB's, the first event of each transaction
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def damage(fsb: Sandbox) -> Iterator[Damage]:
         crc = _snapshot_after(fsb, lambda: write_backlog(fsb, "dmg", 400, table="a"))
         fsb.source.query("SET GLOBAL binlog_checksum = NONE")
         nocrc = _snapshot_after(fsb, lambda: write_backlog(fsb, "dmg", 400, table="b"))
+        print(f"damaged from {crc.start_file}:{crc.start_pos} (crc), {nocrc.start_file}:{nocrc.start_pos}"
+              f" (no crc), of {[f.name for f in nocrc.files]}")
         yield Damage(fsb, crc, nocrc, since)
     finally:
         fsb.source.query("SET GLOBAL binlog_checksum = CRC32")
@@ -89,7 +92,25 @@ def _snapshot_after(sb: Sandbox, write: object) -> Copy:
     keep.mkdir()
     for f in files:
         shutil.copy2(f, keep / f.name)
-    return Copy([keep / f.name for f in files], start_file, start_pos)
+    copies = [keep / f.name for f in files]
+    start_file, start_pos = _fresh(copies, start_file, start_pos)
+    return Copy(copies, start_file, start_pos)
+
+
+def _fresh(files: list[Path], start_file: str, start_pos: int) -> tuple[str, int]:
+    """Where the events just written begin. In ``start_file`` past ``start_pos``, unless
+    the replica's relay log rotated before they came: SET GLOBAL binlog_checksum rotates
+    the source's binlog, and its Rotate may reach the replica after the index was read.
+    Then they begin at the first transaction (its GTID event) of a later file."""
+    names = [f.name for f in files]
+    first = files[names.index(start_file)]
+    if first.stat().st_size > start_pos:
+        return start_file, start_pos
+    for f in files[names.index(start_file) + 1:]:
+        for off, etype, _size in _events(f.read_bytes(), 4):
+            if etype == GTID_EVENT:
+                return f.name, off
+    raise AssertionError(f"no event written after {start_file}:{start_pos} in {names}")
 
 
 def _events(data: bytes, start: int) -> Iterator[tuple[int, int, int]]:

@@ -103,10 +103,10 @@ def _fresh(files: list[Path], start_file: str, start_pos: int) -> tuple[str, int
     the source's binlog, and its Rotate may reach the replica after the index was read.
     Then they begin at the first transaction (its GTID event) of a later file."""
     names = [f.name for f in files]
-    first = files[names.index(start_file)]
-    if first.stat().st_size > start_pos:
+    at = names.index(start_file)
+    if files[at].stat().st_size > start_pos:
         return start_file, start_pos
-    for f in files[names.index(start_file) + 1:]:
+    for f in files[at + 1:]:
         for off, etype, _size in _events(f.read_bytes(), 4):
             if etype == GTID_EVENT:
                 return f.name, off

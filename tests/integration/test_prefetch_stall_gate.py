@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -61,8 +62,8 @@ def _cold_backlog(sb: Sandbox, seed: int, statements: int = 800) -> None:
 def test_the_engine_measures_the_sql_thread_and_gates_on_it(cold_pair: Sandbox) -> None:
     sb = cold_pair
     _cold_backlog(sb, 3)
-    snap, gates = asyncio.run(_run(sb))
-    st = snap
+    run = asyncio.run(_run(sb))
+    st, gates = run.snap, [why for _, why in run.moves]
     print("stall:", st, "gates:", gates)
     assert st is not None and st["threads"] == [], "after the catch-up the SQL thread is found again"
     assert sum(st["seconds"].values()) > 0, "the SQL thread's time was measured"
@@ -77,52 +78,52 @@ def test_a_catch_up_with_nothing_to_probe_is_left_after_three_seconds(cold_pair:
     probe; the engine must not decode the whole catch-up for nothing (control.UNPROBED_SECONDS)."""
     sb = cold_pair
     _cold_backlog(sb, 4, 3000)  # long enough for a gate that opens at 3-4 s to find it
-    moves: list[tuple[float, str]] = []
-    engine_ref: list[Any] = []
-    asyncio.run(_run(sb, exclude=("sg",), moves=moves, engine_out=engine_ref))
-    print("gate moves:", moves)
-    assert engine_ref[0].counters.rows_probed == 0
-    opened = [t for t, why in moves if why.endswith(": prefetching")]
-    end = moves[-1][0] if moves else 0.0
-    if opened and end - opened[0] > control.UNPROBED_SECONDS + 1.5:
+    run = asyncio.run(_run(sb, exclude=("sg",)))
+    print("gate moves:", run.moves, "caught up at", run.caught_up)
+    assert run.rows_probed == 0
+    opened = [t for t, why in run.moves if why.endswith(": prefetching")]
+    if opened and run.caught_up - opened[0] > control.UNPROBED_SECONDS + 1.5:
         # Open long enough: it must have found nothing to probe and left.
         assert any(why.startswith("nothing to prefetch: none of the") and "schema excluded" in why
-                   for _, why in moves), moves
+                   for _, why in run.moves), run.moves
     src = sb.source.query("CHECKSUM TABLE sg.big")[0]["Checksum"]
     assert sb.replica().query("CHECKSUM TABLE sg.big")[0]["Checksum"] == src
 
 
-async def _run(sb: Sandbox, exclude: tuple[str, ...] = (), moves: list[tuple[float, str]] | None = None,
-               engine_out: list[Any] | None = None) -> tuple[Any, list[str]]:
+@dataclass(frozen=True)
+class Run:
+    snap: Any  # the engine's stall snapshot once the SQL thread is stopped after the catch-up
+    moves: list[tuple[float, str]]  # each new gate reason, seconds after the engine started
+    caught_up: float  # seconds after the engine started
+    rows_probed: int
+
+
+async def _run(sb: Sandbox, exclude: tuple[str, ...] = ()) -> Run:
     dsn = sb.replica().dsn
     endpoint = Endpoint(dsn.host, dsn.port, dsn.user, dsn.password)
     opts = PrefetchOptions(connections=8, evaluate_window_seconds=2.0, buffer_pool_share=0.5)
     engine = await build_engine(
         endpoint, opts, lambda o: ProbeBatcher(max_keys=o.max_keys_per_probe, exclude_schemas=exclude),
         index=sb.relay_log_index(), mariadb=True, pool_bytes=64 << 20)
-    if engine_out is not None:
-        engine_out.append(engine)
-    t0 = asyncio.get_running_loop().time()
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
     stop = asyncio.Event()
     task = asyncio.create_task(engine.run(stop))
-    gates: list[str] = []
+    moves: list[tuple[float, str]] = []
     await asyncio.sleep(0.3)
     await asyncio.to_thread(sb.start_sql_thread)
     caught_up = asyncio.create_task(asyncio.to_thread(sb.wait_caught_up, 120))
     while not caught_up.done():
         reason = engine.gate_state.reason
-        if not gates or gates[-1] != reason:
-            gates.append(reason)
-            if moves is not None:
-                moves.append((round(asyncio.get_running_loop().time() - t0, 1), reason))
+        if not moves or moves[-1][1] != reason:
+            moves.append((round(loop.time() - t0, 1), reason))
         await asyncio.sleep(0.1)
     await caught_up
-    if moves is not None:
-        moves.append((round(asyncio.get_running_loop().time() - t0, 1), "caught up"))
+    done_at = round(loop.time() - t0, 1)
     await asyncio.to_thread(sb.stop_sql_thread)  # no applier thread: the split is "not running"
     await asyncio.sleep(2.5)  # the next discovery finds none
     stop.set()
     await task
     snap = engine.stall_snapshot()
     await asyncio.to_thread(sb.start_sql_thread)
-    return snap, gates
+    return Run(snap, moves, done_at, engine.counters.rows_probed)

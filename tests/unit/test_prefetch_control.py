@@ -164,6 +164,23 @@ def test_worth_warming(probed, reads, worth):
     assert control.worth_warming(w) is worth
 
 
+@pytest.mark.parametrize(("probed", "reads", "proven", "cold"), [
+    (199, 0, False, False),   # too few rows on probation
+    (200, 0, False, True),    # a probation's sample: in memory
+    (200, 4, False, False),   # 2% of them read: not all in memory
+    (272, 0, True, False),    # probes have read before: a short sample's reads can predate it
+    (999, 0, True, False),
+    (1000, 19, True, True),   # a thousand rows with under 2% read: in memory now
+    (1000, 20, True, False),
+])
+def test_nothing_to_warm_asks_more_rows_once_probes_have_read(probed: int, reads: int, proven: bool,
+                                                              cold: bool) -> None:
+    w = control.Window(0.0, True, 0, probed, reads, 0, 0)
+    why = control.nothing_to_warm(w, proven)
+    assert (why is not None) is cold
+    assert why is None or f"{probed} rows probed, {reads} disk reads" in why
+
+
 @pytest.mark.parametrize(("pool_mb", "share", "off"), [
     (32, 0.25, "the buffer pool holds 2048 pages (32 MB, < 64 MB)"),  # the harm check's pool
     (64, 0.08, None),  # the sandbox's pool at the default share: a 327-page lead
@@ -280,3 +297,4 @@ def test_hot_texts_over_the_cache_size_keep_it_to_the_most_used() -> None:
                 hot.prepared(f"hot {i % 8 // 2}")
     assert [hot.prepared(f"hot {i}") for i in range(4)] == [True] * 4
     assert not any(hot.prepared(f"cold {i}") for i in range(40))
+

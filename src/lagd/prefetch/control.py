@@ -234,11 +234,25 @@ def initial_state(t: Tuning, connections: int, target: int) -> ControlState:
                         connections, None, "starting", off_windows_left=0)
 
 
-def nothing_to_warm(w: Window) -> str | None:
+# Rows probed before "nothing to warm" may judge: on probation (a trickle of probes, two
+# at a time) a few hundred, so a replica whose data is in memory pays for little. Once
+# probes have been seen to read from disk (worth_warming), a thousand, as for thrashing:
+# a probe counts its rows when it answers, after its reads, so a short sample's rows
+# can have read before it began. One such sample of 272 rows and 0 reads, a second
+# after the SQL thread had stood still for a quarter of a second and the probes had
+# thinned, stopped an INSERT catch-up's probes that the stall gate had measured paying
+# 2.3x, 27 s into 30: its last 3.6 s ran at half the speed, the SQL thread reading
+# 38-46% of its time again (2026-12-07, a thirty-first session).
+COLD_ROWS = 200
+PROVEN_COLD_ROWS = 1000
+
+
+def nothing_to_warm(w: Window, proven: bool = False) -> str | None:
     """Why prefetching is pure cost now, or None: probes ran and the server
     read (almost) nothing from disk, so the pages were in memory already.
-    Cheap enough to check every second, long before a full window ends."""
-    if w.probed_rows >= 200 and w.pool_reads < 0.02 * w.probed_rows:
+    Cheap enough to check every second, long before a full window ends;
+    ``proven``: probes have read from disk since the probation (PROVEN_COLD_ROWS)."""
+    if w.probed_rows >= (PROVEN_COLD_ROWS if proven else COLD_ROWS) and w.pool_reads < 0.02 * w.probed_rows:
         return (f"nothing to warm: {w.probed_rows} rows probed, {w.pool_reads} disk reads: "
                 "the data is in memory; backing off")
     return None

@@ -726,3 +726,27 @@ def test_an_open_gate_names_what_keeps_the_probes_out(ctl_off: str | None, slots
     assert eng.gate_view() == (True, shown)
     eng.gate_state = control.Gate(False, "its stall is not reads", None, True)
     assert eng.gate_view() == (False, "its stall is not reads")  # shut: its own reason stands
+
+
+@pytest.mark.parametrize(("proven", "backs_off"), [
+    (False, True),   # on probation: 272 rows without a read is a replica in memory
+    (True, False),   # probes have read from disk: 272 rows is too short a sample to stop them
+])
+def test_a_short_sample_without_reads_stops_probes_only_on_probation(proven: bool, backs_off: bool) -> None:
+    clock = [100.0]
+    eng = engine(clock)
+    eng.gate_state = replace(eng.gate_state, open=True)
+    eng.pool = SimpleNamespace(size=4, queued=0, busy=0, drop_queued=lambda: 0)  # type: ignore[assignment]
+    readings = iter([5_000.0, 5_000.0])
+
+    async def pool_reads() -> float:
+        return next(readings)
+
+    eng._pool_reads = pool_reads  # type: ignore[method-assign]
+    eng.counters.rows_done = 64
+    asyncio.run(eng._quick_check(100.0))  # the first reading: the baseline
+    eng._proven = proven
+    eng.counters.rows_done += 272
+    asyncio.run(eng._quick_check(100.2))
+    assert eng.ctl.enabled is not backs_off, eng.ctl.reason
+    assert ("nothing to warm: 272 rows probed, 0 disk reads" in eng.ctl.reason) is backs_off

@@ -97,11 +97,14 @@ CASES = [
      "probes did not pay over 2 s after paying 4 s (applied 1,000 KiB/s of relay log before, 800 KiB/s"),
     ("paid-one-second-far-slower-is-not-judged-at-once", replace(OPEN, since_base=4.0), w(0.3, rate=500),
      True, True, "x"),
-    ("paid-four-seconds-under-stop", replace(OPEN, since_base=4.0, judged=(3.0, 3000 * 1024)),
-     w(0.3, rate=1000), True, False, "did not speed the SQL thread up"),
-    ("paid-four-seconds-slower-stop", replace(OPEN, since_base=4.0, judged=(3.0, 2400 * 1024)),
-     w(0.3, rate=800), True, False, "slowed the SQL thread down (applied 1,000 KiB/s of relay log before,"
-     " 800 KiB/s"),
+    # ... and then measured alone again: the speed it paid against may no longer be the one.
+    ("paid-four-seconds-under-measure-again", replace(OPEN, since_base=4.0, judged=(3.0, 3000 * 1024)),
+     w(0.3, rate=1000), True, False, "did not speed the SQL thread up over 4 s after paying 4 s (applied"
+     " 1,000 KiB/s of relay log before, 1,000 KiB/s of relay log with probes; reads 60% of its time before,"
+     " 30% now): measuring it alone again"),
+    ("paid-four-seconds-slower-measure-again", replace(OPEN, since_base=4.0, judged=(3.0, 2400 * 1024)),
+     w(0.3, rate=800), True, False, "slowed the SQL thread down over 4 s after paying 4 s (applied 1,000"
+     " KiB/s of relay log before, 800 KiB/s"),
     ("paid-two-under-two-over-pay", replace(OPEN, since_base=4.0, judged=(3.0, 2600 * 1024)),
      w(0.3, rate=1800), True, True, "probes speed the SQL thread up"),
     ("open-but-not-probing-waits", OPEN, w(0.4, rate=5), False, True, "x"),
@@ -277,6 +280,40 @@ def test_probes_that_pay_are_judged_against_a_fresh_speed_of_the_sql_thread_alon
     g = stall_gate(replace(g, grace=0), w(0.3, rate=1350), prefetching=True)
     g = stall_gate(g, w(0.3, rate=1350), prefetching=True)  # beat the old 1,000, not 1,300 * 1.05
     assert not g.open and "did not speed" in g.reason
+
+
+def test_a_try_that_paid_and_then_does_not_is_measured_alone_again_not_held() -> None:
+    """Four seconds under the speed to beat after a try paid: the machine or the workload
+    may have slowed the SQL thread alone as much. Measured alone again, probes that still
+    gain over its speed now run on after their compares; were they the cause, that try
+    fails its compares and holds the gate."""
+    g = replace(HALF_JUDGED, gains=COMPARED)
+    g = stall_gate(g, w(0.2, rate=1400), prefetching=True)
+    assert g.open and g.since_base == control.JUDGE_SECONDS
+    for _ in range(int(control.CONFIRM_SECONDS)):  # the machine slows: 800 with probes
+        g = stall_gate(g, w(0.3, rate=800), prefetching=True)
+    assert not g.open and g.rebase and g.hold == 0 and g.gains == () and g.rate_before is None
+    assert "slowed the SQL thread down over 4 s after paying 2 s" in g.reason
+    for _ in range(int(control.BASE_SECONDS)):  # alone now: 600
+        g = stall_gate(g, w(0.5, rate=600), prefetching=False)
+    assert g.open and g.rate_before == 600 * 1024
+    for _ in range(1 + int(control.JUDGE_SECONDS)):  # 800 with probes: 1.33x, not yet shown
+        g = stall_gate(g, w(0.3, rate=800), prefetching=True)
+    assert not g.open and g.rebase and g.hold == 0 and "1.33x over 1 compare" in g.reason
+    for _ in range(int(control.BASE_SECONDS)):
+        g = stall_gate(g, w(0.5, rate=600), prefetching=False)
+    for _ in range(1 + int(control.JUDGE_SECONDS)):
+        g = stall_gate(g, w(0.3, rate=800), prefetching=True)
+    assert g.open and "1.33x over 2 compares, 1.30x needed" in g.reason
+    # Were the probes the cause, the try after measuring again fails and holds.
+    g = replace(HALF_JUDGED, gains=COMPARED, since_base=4.0, judged=(3.0, 2400 * 1024))
+    g = stall_gate(g, w(0.3, rate=800), prefetching=True)
+    for _ in range(int(control.BASE_SECONDS)):
+        g = stall_gate(g, w(0.5, rate=1000), prefetching=False)
+    assert g.open
+    while g.open:  # the grace second, then 0.8x: under SLOWED, judged at once
+        g = stall_gate(g, w(0.3, rate=800), prefetching=True)
+    assert g.hold == control.SLOWED_HOLD * control.HOLD_WINDOWS and "slowed" in g.reason
 
 
 def test_a_gain_within_the_sql_threads_unevenness_is_compared_again_until_shown() -> None:

@@ -512,7 +512,8 @@ SLOWER = 1 / RAISED
 # uneven (a mixed_fmt catch-up: 794-1,387 KiB/s a second against 700-736 alone),
 # and a verdict of two of them that shut a try paying 1.5x held the gate 30 s.
 # A try that turned harmful costs 2 s more at most; one that never paid is judged
-# as before (update_k's tries: their first two seconds).
+# as before (update_k's tries: their first two seconds). A try stopped so measures the
+# SQL thread alone again rather than holding the gate (stall_gate, "after paying").
 CONFIRM_SECONDS = 2 * JUDGE_SECONDS
 # What a try must show before it runs on: a gain beyond the SQL thread's own unevenness.
 # Two seconds of its apply rate against the two before (each a verdict's compare) spread
@@ -1006,6 +1007,20 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool, unprobed
         return replace(gate, reason=f"probes did not pay over {wall:.0f} s after paying"
                                     f" {gate.since_base:.0f} s ({rates}): judging them over"
                                     f" {CONFIRM_SECONDS:.0f} s", judged=(wall, done), history_recent=recent)
+    if paid and not w.inside and not purge_lost:
+        # Over CONFIRM_SECONDS a try that had paid does not now: its probes, or the SQL
+        # thread's speed alone, which may have changed since it was measured (the machine,
+        # the workload)? Held as a try that failed, the rest of a catch-up ran without probes
+        # on the word of a speed to beat that no longer held: a mixed try paid 1.28x over 3
+        # compares and 8 s, then the SQL thread fell to 1,144 KiB/s against 1,511 alone
+        # before; held 30 s, it ran 1,214-1,379 alone for 3 s, then up to 1,986 (2026-12-07,
+        # a thirty-first session). So it is measured alone again, and the try after it must show its gain
+        # anew (SHOWN), as after REBASE_SECONDS; one that does not holds the gate then.
+        how = ("slowed the SQL thread down" if rate < gate.rate_before * SLOWER
+               else "did not speed the SQL thread up")
+        return Gate(False, f"probes {how} over {wall:.0f} s after paying {gate.since_base:.0f} s ({rates}):"
+                           " measuring it alone again, its speed then may not be its speed now", None, True,
+                    rebase=True, fails=gate.fails)
     if purge_lost:
         hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))
         what = ("probes leave purge further behind than they speed the SQL thread up"

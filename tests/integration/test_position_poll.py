@@ -63,7 +63,11 @@ def test_a_gtid_applied_places_the_sql_thread_at_its_transactions_end(sandbox: S
             assert sandbox.replica().query("SELECT @@GLOBAL.gtid_slave_pos AS p")[0]["p"] == end.gtid
             assert (st["Relay_Log_File"], int(st["Relay_Log_Pos"])) == (end.relay_file, end.relay_offset)
             source = (st["Relay_Master_Log_File"], int(st["Exec_Master_Log_Pos"]))
-            assert source == (end.source_file, end.source_pos)
+            # The source's binlog name comes from its Rotate at the start of a relay-log file
+            # the reader primed from; a file an earlier test began with FLUSH RELAY LOGS has
+            # none, and then the name is unknown (the engine keeps the full status's), never
+            # another one. Red in CI once that way, when such a test ran first on the worker.
+            assert end.source_pos == source[1] and end.source_file in (source[0], None), (end, source)
 
 
 def test_the_engine_follows_the_sql_thread_by_position_polls_in_order(sandbox: Sandbox, schema: str) -> None:

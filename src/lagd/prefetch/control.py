@@ -1014,8 +1014,8 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool, unprobed
         # on the word of a speed to beat that no longer held: a mixed try paid 1.28x over 3
         # compares and 8 s, then the SQL thread fell to 1,144 KiB/s against 1,511 alone
         # before; held 30 s, it ran 1,214-1,379 alone for 3 s, then up to 1,986 (2026-12-07,
-        # a thirty-first session). So it is measured alone again, and the try after it must show its gain
-        # anew (SHOWN), as after REBASE_SECONDS; one that does not holds the gate then.
+        # a thirty-first session). So it is measured alone again, and the try after it must
+        # show its gain anew (SHOWN), as after REBASE_SECONDS; one that does not holds the gate.
         how = ("slowed the SQL thread down" if rate < gate.rate_before * SLOWER
                else "did not speed the SQL thread up")
         return Gate(False, f"probes {how} over {wall:.0f} s after paying {gate.since_base:.0f} s ({rates}):"

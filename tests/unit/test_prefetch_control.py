@@ -297,4 +297,3 @@ def test_hot_texts_over_the_cache_size_keep_it_to_the_most_used() -> None:
                 hot.prepared(f"hot {i % 8 // 2}")
     assert [hot.prepared(f"hot {i}") for i in range(4)] == [True] * 4
     assert not any(hot.prepared(f"cold {i}") for i in range(40))
-

@@ -236,7 +236,7 @@ def initial_state(t: Tuning, connections: int, target: int) -> ControlState:
 
 # Rows probed before "nothing to warm" may judge: on probation (a trickle of probes, two
 # at a time) a few hundred, so a replica whose data is in memory pays for little. Once
-# probes have been seen to read from disk (worth_warming), a thousand, as for thrashing:
+# probes have been seen to read from disk (worth_warming), SAMPLE_ROWS, as thrashing asks:
 # a probe counts its rows when it answers, after its reads, so a short sample's rows
 # can have read before it began. One such sample of 272 rows and 0 reads, a second
 # after the SQL thread had stood still for a quarter of a second and the probes had
@@ -244,15 +244,15 @@ def initial_state(t: Tuning, connections: int, target: int) -> ControlState:
 # 2.3x, 27 s into 30: its last 3.6 s ran at half the speed, the SQL thread reading
 # 38-46% of its time again (2026-12-07, a thirty-first session).
 COLD_ROWS = 200
-PROVEN_COLD_ROWS = 1000
+SAMPLE_ROWS = 1000  # a sample of probed rows that thrashing (and, once proven, the above) judges
 
 
 def nothing_to_warm(w: Window, proven: bool = False) -> str | None:
     """Why prefetching is pure cost now, or None: probes ran and the server
     read (almost) nothing from disk, so the pages were in memory already.
     Cheap enough to check every second, long before a full window ends;
-    ``proven``: probes have read from disk since the probation (PROVEN_COLD_ROWS)."""
-    if w.probed_rows >= (PROVEN_COLD_ROWS if proven else COLD_ROWS) and w.pool_reads < 0.02 * w.probed_rows:
+    ``proven``: probes have read from disk since the probation (SAMPLE_ROWS)."""
+    if w.probed_rows >= (SAMPLE_ROWS if proven else COLD_ROWS) and w.pool_reads < 0.02 * w.probed_rows:
         return (f"nothing to warm: {w.probed_rows} rows probed, {w.pool_reads} disk reads: "
                 "the data is in memory; backing off")
     return None
@@ -268,7 +268,7 @@ def thrashing(w: Window) -> str | None:
     """Why the lead is too long now, or None: the server read clearly more
     pages than lagd probed keys, so prefetched pages were evicted before the
     SQL thread used them and it read them again."""
-    if w.probed_rows >= 1000 and w.pool_reads > 1.3 * w.probed_rows:
+    if w.probed_rows >= SAMPLE_ROWS and w.pool_reads > 1.3 * w.probed_rows:
         return (f"{w.pool_reads} disk reads for {w.probed_rows} probed keys: pages are evicted "
                 "before use; shortening the lead")
     return None
@@ -1020,7 +1020,7 @@ def stall_gate(gate: Gate, w: StallWindow | None, *, prefetching: bool, unprobed
                else "did not speed the SQL thread up")
         return Gate(False, f"probes {how} over {wall:.0f} s after paying {gate.since_base:.0f} s ({rates}):"
                            " measuring it alone again, its speed then may not be its speed now", None, True,
-                    rebase=True, fails=gate.fails)
+                    rebase=True)
     if purge_lost:
         hold = min(MAX_PURGE_HOLD, PURGE_HOLD * _hold(gate.fails))
         what = ("probes leave purge further behind than they speed the SQL thread up"

@@ -1298,7 +1298,10 @@ class PrefetchEngine:
         if reads < 0 or last_reads < 0:
             return  # the first reading is the baseline
         w = control.Window(0.0, True, 0, rows - last_rows, int(reads - last_reads), 0, 0)
-        if w.probed_rows < control.PROVEN_COLD_ROWS and control.nothing_to_warm(w, self._proven) is None:
+        # Judged on the probes' state before this sample (worth_warming may prove them now;
+        # a sample that does cannot also be one of nothing to warm).
+        why = control.nothing_to_warm(w, self._proven)
+        if w.probed_rows < control.SAMPLE_ROWS and why is None:
             # Too few keys to judge thrashing: keep counting from the same start.
             self._checked_rows, self._checked_reads = last_rows, last_reads
         if control.worth_warming(w):
@@ -1318,7 +1321,6 @@ class PrefetchEngine:
                 self.ctl = replace(self.ctl, target_transactions=target, reason=shorter)
             log.info("prefetch control: %s", self.ctl.reason)
             return
-        why = control.nothing_to_warm(w, self._proven)
         if why is not None:
             self.ctl = replace(self.ctl, enabled=False, backoff_windows=self.tuning.backoff, reason=why)
             self._drop_queued()

@@ -1191,9 +1191,11 @@ class PrefetchEngine:
         if log.isEnabledFor(logging.DEBUG):
             # Every window the gate judged, not only its moves: what a verdict that
             # looks wrong was made of (a DBA's debug log; the benchmark's gate trace).
+            lead = self._lead(now)
             log.debug("prefetch window: wall=%.2f applied=%s reads=%.2f cpu=%.2f queued=%.2f rows_probed=%d"
-                      " open=%s hold=%d: %s", w.wall, w.applied, w.read_share, w.cpu_share,
-                      w.cpu_wait_share, probed, after.open, after.hold, after.reason)
+                      " lead=%d/%d/%d out=%d+%d open=%s hold=%d: %s", w.wall, w.applied, w.read_share,
+                      w.cpu_share, w.cpu_wait_share, probed, lead.transactions, lead.rows, lead.pages,
+                      self.pool.busy, self.pool.queued, after.open, after.hold, after.reason)
         self._move_gate(before, after)
 
     def _skipped_most(self) -> str:

@@ -230,6 +230,35 @@ CASES: list[Any] = [
          load(MY80, "replica", buffer_pool_reads_delta=500, buffer_pool_read_requests_delta=5_000), QUIET,
          "too few"),
     # change_buffering
+    # free_page_waits
+    case("freewait-mariadb-growing-doublewrite-on", R.free_page_waits,
+         load(MARIA_REP, "replica", lagging=True, free_page_waits_delta=48_339), FIRES,
+         "innodb_doublewrite=ON every page is written twice"),
+    case("freewait-mysql84-growing", R.free_page_waits,
+         load(MY84, "replica", lagging=True, free_page_waits_delta=120), FIRES,
+         "grew by 120 over the window"),
+    case("freewait-doublewrite-off", R.free_page_waits,
+         load(MARIA_REP, "replica", variables={"innodb_doublewrite": "OFF"}, lagging=True,
+              free_page_waits_delta=500), FIRES, "write latency first"),
+    case("freewait-detect-only", R.free_page_waits,
+         load(MY84, "replica", version="8.0.32", variables={"innodb_doublewrite": "DETECT_ONLY"},
+              lagging=True, free_page_waits_delta=500), FIRES, "innodb_doublewrite=DETECT_ONLY"),
+    case("freewait-a-burst", R.free_page_waits,
+         load(MARIA_REP, "replica", lagging=True, free_page_waits_delta=99), QUIET, "grew by only 99"),
+    case("freewait-not-growing", R.free_page_waits,
+         load(MARIA_REP, "replica", lagging=True, free_page_waits_delta=0), QUIET, "did not grow"),
+    case("freewait-since-startup-only", R.free_page_waits,
+         load(MY80, "replica", status={"Innodb_buffer_pool_wait_free": "73610"}, lagging=True), QUIET,
+         "73,610 since startup"),
+    case("freewait-not-lagging", R.free_page_waits,
+         load(MARIA_REP, "replica", lagging=False, free_page_waits_delta=500), QUIET, "not lagging"),
+    case("freewait-lag-unknown", R.free_page_waits, load(MARIA_REP, "replica", free_page_waits_delta=500),
+         QUIET, "lag unknown"),
+    case("freewait-absent", R.free_page_waits,
+         load(MY80, "replica", status={"Innodb_buffer_pool_wait_free": None}, lagging=True), NA,
+         "no Innodb_buffer_pool_wait_free"),
+    case("freewait-source-role", R.free_page_waits,
+         load(MARIA_SRC, "source", lagging=True, free_page_waits_delta=500), NA, "replica's"),
     case("changebuf-mysql84-lagging-reading", R.change_buffering, load(MY84, "replica", **READING),
          FIRES, "SET GLOBAL innodb_change_buffering=all"),
     case("changebuf-mysql80-default-all", R.change_buffering, load(MY80, "replica", **READING),
@@ -308,10 +337,11 @@ def test_an_unknown_role_is_a_user_error() -> None:
 @pytest.mark.parametrize(("before", "after", "want"), [
     case("growth",
          {"Innodb_log_waits": "3", "Innodb_buffer_pool_reads": "10",
-                  "Innodb_buffer_pool_read_requests": "1000"},
+                  "Innodb_buffer_pool_read_requests": "1000", "Innodb_buffer_pool_wait_free": "7"},
          {"Innodb_log_waits": "5", "Innodb_buffer_pool_reads": "60",
-                  "Innodb_buffer_pool_read_requests": "21000"},
-         {"log_waits_delta": 2, "buffer_pool_reads_delta": 50, "buffer_pool_read_requests_delta": 20000}),
+                  "Innodb_buffer_pool_read_requests": "21000", "Innodb_buffer_pool_wait_free": "907"},
+         {"log_waits_delta": 2, "buffer_pool_reads_delta": 50, "buffer_pool_read_requests_delta": 20000,
+          "free_page_waits_delta": 900}),
     case("restart-in-between", {"Innodb_log_waits": "30"}, {"Innodb_log_waits": "1"},
          {"log_waits_delta": None}),
 ])
@@ -324,7 +354,7 @@ def test_status_deltas(before: dict[str, str], after: dict[str, str], want: dict
 # sentences, with no "unknown" standing where a number should be.
 _ALL_FACTS: dict[str, Any] = dict(lagging=True, biggest_coming_bytes=200_000_000, statement_load_bytes=GIB,
                                   log_waits_delta=5, buffer_pool_reads_delta=5_000,
-                                  buffer_pool_read_requests_delta=50_000)
+                                  buffer_pool_read_requests_delta=50_000, free_page_waits_delta=900)
 
 
 @pytest.mark.parametrize("fixture", [MARIA_SRC, MARIA_REP, MY80, MY84])
@@ -334,7 +364,7 @@ def test_advice_text_is_rendered_from_values(fixture: str, role: str, known: boo
     variables: dict[str, str | None] = {}
     if not known:
         variables = {k: None for k in ("innodb_log_buffer_size", "innodb_buffer_pool_size",
-                                       "max_binlog_cache_size", "binlog_format")}
+                                       "max_binlog_cache_size", "binlog_format", "innodb_doublewrite")}
     for a in advise(load(fixture, role, variables=variables, **_ALL_FACTS)):
         for text in (a.advice, a.caveat, a.reason):
             for leak in ("unknown bytes", "=unknown", "None", "<pause>", "nan"):

@@ -2,7 +2,7 @@
 
 ``SHOW GLOBAL VARIABLES`` and ``SHOW GLOBAL STATUS`` need no privilege
 beyond a login on MySQL 5.7+ and MariaDB, so lagd's own account suffices.
-Counter deltas (Innodb_log_waits, buffer-pool reads) come from two
+Counter deltas (Innodb_log_waits, buffer-pool reads and free-page waits) come from two
 gatherings some time apart: :func:`status_deltas`.
 """
 
@@ -70,6 +70,7 @@ def status_deltas(before: ServerSettings, after: ServerSettings) -> dict[str, in
         "log_waits_delta": delta("innodb_log_waits"),
         "buffer_pool_reads_delta": delta("innodb_buffer_pool_reads"),
         "buffer_pool_read_requests_delta": delta("innodb_buffer_pool_read_requests"),
+        "free_page_waits_delta": delta("innodb_buffer_pool_wait_free"),
     }
 
 

@@ -150,7 +150,8 @@ def test_found_thread_is_sampled_and_split() -> None:
     assert v.shares["on_cpu"] == pytest.approx(0.3) and v.shares["disk_read"] == pytest.approx(0.7)
     assert v.verdict == "reads" and v.prefetch_can_help and v.spare_cores == pytest.approx(1.0)
     assert v.gate_open is True and v.gate_reason == "prefetching"
-    assert v.summary == "SQL thread: 70% waiting on disk reads, 30% on CPU (last 10 s): prefetch can help"
+    assert v.summary == ("SQL thread: 70% waiting on disk reads, 30% on CPU (last 10 s): prefetch running,"
+                         " its probes in this split: see prefetch")
     # The sampler stopped: its last split is stale, so unknown; the counters stay.
     clock.now += 60
     stale = ps.view(busy=True, gate=None)
@@ -271,9 +272,39 @@ def test_parallel_workers_line_names_them_and_their_idle_time() -> None:
     assert view.summary.endswith("; 1.1 of them on disk reads on average (last 10 s): prefetch can help")
 
 
+@pytest.mark.parametrize(("kind", "text", "shares", "line"), [
+    # update_pk with probes (benchmarks.md, "Free-page waits"): CPU-bound because they took its reads
+    ("cpu", "SQL thread 64% on CPU, 15% of it waiting for a core: CPU-bound, prefetch cannot help",
+     {"on_cpu": 4.9, "cpu_wait": 1.5, "disk_read": 1.9, "other_wait": 1.7},
+     "SQL thread: 49% on CPU, 19% waiting on disk reads (last 10 s): prefetch running, its probes in this"
+     " split: see prefetch"),
+    ("other", "SQL thread 45% waiting on locks, commits or other threads: prefetch cannot help",
+     {"on_cpu": 4.0, "disk_read": 1.5, "other_wait": 4.5},
+     "SQL thread: 45% waiting on locks, commits or other threads, 40% on CPU (last 10 s): prefetch running,"
+     " its probes in this split: see prefetch"),
+])
+def test_a_split_with_probes_running_is_not_said_to_be_beyond_prefetch(
+        kind: str, text: str, shares: dict[str, float], line: str) -> None:
+    """Probes that took the SQL thread's reads leave it on CPU: "CPU-bound, prefetch cannot
+    help" would be false while they make it 1.4x faster."""
+    snap = {"seconds": shares, "recent": shares, "threads": [4242], "headroom_cores": 0.6, "verdict": kind,
+            "text": text, "prefetch_can_help": False}
+    v = stall_view(snap, measured=True, note=None, fresh=True,
+                   gate=(True, "probes speed the SQL thread up (...; reads 51% of its time before, 11% now)"))
+    assert v.summary == line
+    assert v.text.endswith(": with prefetch running, its probes in this split: see prefetch")
+    assert "cannot help" not in v.text and v.verdict == kind
+    shut = stall_view(snap, measured=True, note=None, fresh=True, gate=(False, "backing off for 10 s"))
+    assert shut.text == text and "prefetch running" not in shut.summary  # without probes: the split's own
+
+
 @pytest.mark.parametrize(("gate", "ends"), [
     (None, "prefetch can help"),  # no gate (adaptive off): the split alone
-    ((True, "SQL thread 41% waiting on disk reads, 1.3 idle cores: prefetching"), "prefetch can help"),
+    # probes run: the split is the SQL thread's with them
+    ((True, "SQL thread 41% waiting on disk reads, 1.3 idle cores: prefetching"),
+     "prefetch running, its probes in this split: see prefetch"),
+    # the gate is open but something else keeps the probes out
+    ((True, "open, but probes are out: no connection slot free"), "prefetch held off, see prefetch"),
     # the gate keeps prefetch out: "can help" would say the opposite of what lagd does
     ((False, "100% of the row changes ahead leave index entries for purge ...: backing off for 120 s"),
      "prefetch held off, see prefetch"),

@@ -20,6 +20,7 @@ from typing import Any
 
 from lagd.daemon.state import StallView
 from lagd.prefetch import stall
+from lagd.prefetch.engine import PROBES_OUT
 from lagd.prefetch.stall import StallMonitor
 
 SPAN = 10.0  # seconds of the recent split /status and the share gauges show
@@ -31,6 +32,7 @@ PHRASES = {"on_cpu": "on CPU", "cpu_wait": "waiting for a CPU", "disk_read": "wa
            "flush_wait": "waiting on page flushes and commits",
            "other_wait": "waiting on locks, commits or other threads"}
 WORKERS_OTHER = "waiting for work, their turn to commit or locks"
+PROBING = "prefetch running, its probes in this split: see prefetch"
 
 
 # ----- pure ----------------------------------------------------------------------------
@@ -73,13 +75,17 @@ def foreign_threads(tids: Iterable[int], read: Callable[[str], str]) -> str | No
 
 def summary(shares: Mapping[str, float] | None, kind: str, text: str, can_help: bool,
             headroom: float | None, note: str | None, span: float = SPAN, threads: int = 1,
-            held_off: bool = False) -> str:
+            held_off: bool = False, probing: bool = False) -> str:
     """One line for lagctl status: the split's biggest parts and what they mean for prefetch.
 
     Parallel workers' idle time (waiting for work or their turn to commit) is
     the same sleep as a lock wait in /proc; it is named for what it mostly is.
     ``held_off``: the gate keeps prefetch out (measuring, or probes did not pay on
     these changes): the split alone would say "can help", which lagd is not doing.
+    ``probing``: the gate lets probes run, so the split is the SQL thread's with
+    them: its reads are what they left, and a thread on CPU most of the time is
+    what they made of it (update_pk: 49% on CPU and 13-15% waiting for a core
+    with probes, 1.4x faster than cold), not a reason they cannot help.
     """
     if note is not None:
         return f"SQL thread: not measured: {note}"
@@ -90,7 +96,9 @@ def summary(shares: Mapping[str, float] | None, kind: str, text: str, can_help: 
     split = ", ".join(f"{round(100 * shares[s])}% {phrases[s]}" for s in top) or "no state over 5%"
     if threads > 1 and kind == "reads":  # a small share of eight threads' time can be one always reading
         split += f"; {shares['disk_read'] * threads:.1f} of them on disk reads on average"
-    if kind == "reads":
+    if probing:
+        why = PROBING
+    elif kind == "reads":
         why = ("prefetch held off, see prefetch" if can_help and held_off else
                "prefetch can help" if can_help else (
             f"no CPU to spare ({headroom:.1f} idle cores): prefetch would slow it down"
@@ -122,6 +130,11 @@ def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fre
     elif not fresh:
         kind, text, can_help = "unknown", "SQL thread not measured: the sampler is not running", False
     headroom = snap.get("headroom_cores") if fresh else None
+    held = gate is not None and (not gate[0] or gate[1].startswith(PROBES_OUT))
+    probing = gate is not None and not held and kind in ("reads", "cpu", "flush", "other")
+    if probing and kind != "reads":
+        # The split's conclusion ("prefetch cannot help") is of a SQL thread without probes.
+        text = f"{text.rpartition(': ')[0]}: with {PROBING}"
     return StallView(
         seconds=dict(snap.get("seconds", {})) if measured else None, shares=shares, window_seconds=span,
         verdict=kind, text=text, prefetch_can_help=can_help,
@@ -129,7 +142,7 @@ def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fre
         threads=threads, threads_note=note,
         gate_open=gate[0] if gate else None, gate_reason=gate[1] if gate else None,
         summary=summary(shares, kind, text, can_help, headroom, note, span, len(threads),
-                        held_off=gate is not None and not gate[0]),
+                        held_off=held, probing=probing),
         purge_history=int(snap["purge_history"]) if snap.get("purge_history") is not None else None)
 
 

@@ -45,6 +45,8 @@ from lagd.relaylog import (
 )
 
 log = logging.getLogger("lagd.prefetch")
+# An open gate's reason in /status while something else keeps the probes out (gate_view).
+PROBES_OUT = "open, but probes are out"
 
 _CAUGHT_UP_BYTES = 4096  # Read - Exec source position under this: nothing to get ahead of
 # Probes in flight until the server shows there is something to warm. Measured
@@ -1393,7 +1395,7 @@ class PrefetchEngine:
         then that is the reason given, so /status never shows a judgment that is not made."""
         g = self.gate_state
         held = self._held_elsewhere() if g.open else None
-        return g.open, g.reason if held is None else f"open, but probes are out: {held}"
+        return g.open, g.reason if held is None else f"{PROBES_OUT}: {held}"
 
     def stall_snapshot(self) -> dict[str, Any] | None:
         """The applier threads' time split and the fast gate's verdict, for /status and

@@ -134,7 +134,7 @@ def stall_view(snap: Mapping[str, Any], *, measured: bool, note: str | None, fre
     probing = gate is not None and not held and kind in ("reads", "cpu", "flush", "other")
     if probing and kind != "reads":
         # The split's conclusion ("prefetch cannot help") is of a SQL thread without probes.
-        text = f"{text.rpartition(': ')[0]}: with {PROBING}"
+        text = f"{text.rpartition(': ')[0] or text}: with {PROBING}"
     return StallView(
         seconds=dict(snap.get("seconds", {})) if measured else None, shares=shares, window_seconds=span,
         verdict=kind, text=text, prefetch_can_help=can_help,

@@ -622,7 +622,9 @@ def free_page_waits(s: ServerSettings) -> Advice:
     if grown < FREE_WAITS_MIN:
         return _quiet(rule, sev, f"Innodb_buffer_pool_wait_free grew by only {grown:,} over the window")
     doublewrite = s.var("innodb_doublewrite")
-    twice = doublewrite is not None and doublewrite.strip().upper() in ("ON", "1", "DETECT_AND_RECOVER")
+    # ON, DETECT_AND_RECOVER (MySQL 8.0.30+: the same) and fast (later MariaDB: ON without the
+    # data files' fsync) write each page twice; OFF and MySQL's DETECT_ONLY do not.
+    twice = (doublewrite or "").strip().upper() in ("ON", "1", "DETECT_AND_RECOVER", "FAST")
     advice = ("InnoDB ran out of free buffer-pool pages while the replica lags: dirty pages are written "
               "out slower than pages are read in, and a thread that needs one, the SQL thread among them, "
               "waits for a write. Look at the data files' write latency first.")
@@ -631,8 +633,8 @@ def free_page_waits(s: ServerSettings) -> Advice:
               "they add to these waits; the catch-up was faster with them all the same.")
     if twice:
         advice += (f" With innodb_doublewrite={doublewrite} every page is written twice: on storage that"
-                   " writes a page atomically it can be turned off (a restart on MariaDB; MySQL 8.0.30+"
-                   f" also has DETECT_ONLY). {FREE_WAITS_MEASURED}")
+                   " writes a page atomically it can be turned off (a restart on MariaDB 10.11, where it is"
+                   f" read-only; MySQL 8.0.30+ also has DETECT_ONLY). {FREE_WAITS_MEASURED}")
         caveat = ("Without the doublewrite buffer a crash in the middle of a page write can leave a torn "
                   "page that recovery cannot repair: safe only where the filesystem or device writes pages "
                   "atomically; elsewhere such a crash means rebuilding the replica. " + caveat)

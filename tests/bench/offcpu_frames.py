@@ -14,11 +14,12 @@ thread's own switches out only)::
 
     perf record -e sched:sched_switch -a --filter "prev_pid == TID || next_pid == TID" \\
         --call-graph dwarf,8192 -o off.data -- sleep 8
-    perf script -i off.data -F tid,time,trace,ip,sym > off.txt
+    perf script -i off.data -F comm,tid,cpu,time,event,trace,ip,sym > off.txt
     python -m tests.bench.offcpu_frames off.txt TID [--top 20]
 
-A switch in the trace lacks (perf drops some on an idle CPU: sched_trace.py) loses that
-one wait; none is given to another.
+The lines are read as sched_trace.py reads its own (``_events``). A switch in the trace
+lacks (perf drops some on an idle CPU: sched_trace.py) loses that one wait; none is given
+to another.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-_HEAD = re.compile(r"\s(\d+\.\d+):\s")
-_STATE = re.compile(r"prev_state=(\S+)")
+from tests.bench.sched_trace import _events
+
 # Frames worth naming a wait by: the server's C++ methods and its thread's entry.
 _NAMED = re.compile(r"::|^handle_slave_sql$|^handle_slave_worker$")
 
@@ -38,49 +39,44 @@ _NAMED = re.compile(r"::|^handle_slave_sql$|^handle_slave_worker$")
 @dataclass(frozen=True)
 class OffCpu:
     span: float  # seconds from the first event to the last
-    by_state: Counter[str]  # seconds off CPU by the state the thread left in (R, S, D)
-    by_frame: Counter[tuple[str, str]]  # (state, innermost named frame) -> seconds
+    by_frame: Counter[tuple[str, str]]  # (state R/S/D, innermost named frame) -> seconds off CPU
     waits: Counter[tuple[str, str]]  # (state, frame) -> how many waits
 
+    @property
+    def by_state(self) -> Counter[str]:
+        """Seconds off CPU by the state the thread left in."""
+        out: Counter[str] = Counter()
+        for (state, _), seconds in self.by_frame.items():
+            out[state] += seconds
+        return out
 
-def off_cpu(text: str, tid: int) -> OffCpu:
-    """``perf script -F tid,time,trace,ip,sym`` output of sched_switch events -> the
-    thread ``tid``'s time off CPU, by state and by frame. Pure."""
-    me_out, me_in = f"prev_pid={tid} ", f"next_pid={tid} "
-    by_state: Counter[str] = Counter()
+
+def off_cpu(lines: Iterable[str], tid: int) -> OffCpu:
+    """``perf script`` lines of sched_switch events (the fields above) -> the thread
+    ``tid``'s time off CPU, by state and by frame. Pure."""
+    me = str(tid)
     by_frame: Counter[tuple[str, str]] = Counter()
     waits: Counter[tuple[str, str]] = Counter()
     first = last = None
     out: tuple[float, tuple[str, str]] | None = None
-    for block in text.split("\n\n"):
-        lines = [ln for ln in block.strip().splitlines() if ln.strip()]
-        m = _HEAD.search(lines[0]) if lines else None
-        if m is None:
-            continue
-        at = float(m.group(1))
+    for at, event, f, stack in _events(lines):
         first = at if first is None else first
         last = at
-        head = lines[0]
-        if me_out in head:
-            st = _STATE.search(head)
-            out = (at, (st.group(1)[0] if st else "?", _frame(lines[1:])))
-        elif me_in in head and out is not None:
-            key = out[1]
-            by_frame[key] += at - out[0]
-            by_state[key[0]] += at - out[0]
-            waits[key] += 1
+        if event != "sched_switch":
+            continue
+        if f.get("prev_pid") == me:
+            out = (at, (f.get("prev_state", "?")[:1] or "?", _frame(stack)))
+        elif f.get("next_pid") == me and out is not None:
+            by_frame[out[1]] += at - out[0]
+            waits[out[1]] += 1
             out = None
     span = (last - first) if first is not None and last is not None else 0.0
-    return OffCpu(span, by_state, by_frame, waits)
+    return OffCpu(span, by_frame, waits)
 
 
 def _frame(stack: Iterable[str]) -> str:
-    """The innermost named server frame of a stack's lines ("address symbol")."""
-    for line in stack:
-        parts = line.split(None, 1)
-        if len(parts) == 2 and _NAMED.search(parts[1]):
-            return parts[1].strip()
-    return "-"
+    """The innermost named server frame of a stack's function names."""
+    return next((fn for fn in stack if _NAMED.search(fn)), "-")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -90,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--top", type=int, default=20)
     args = ap.parse_args(argv)
     with open(args.trace, encoding="utf-8", errors="replace") as f:
-        r = off_cpu(f.read(), args.tid)
+        r = off_cpu(f, args.tid)
     span = r.span or 1.0
     print(f"{r.span:.2f} s traced; off CPU: " + ", ".join(
         f"{s} {v:.2f} s ({100 * v / span:.0f}%)" for s, v in r.by_state.most_common()))

@@ -5,16 +5,17 @@ from tests.bench.offcpu_frames import off_cpu
 
 
 def out(at: float, tid: int, state: str, *user: str) -> str:
-    head = (f"   {tid}  {at:.6f}: prev_comm=mariadbd prev_pid={tid} prev_prio=120 prev_state={state}"
-            f" ==> next_comm=mariadbd next_pid=99 next_prio=120")
+    head = (f"mariadbd {tid} [000] {at:.6f}: sched:sched_switch: prev_comm=mariadbd prev_pid={tid}"
+            f" prev_prio=120 prev_state={state} ==> next_comm=mariadbd next_pid=99 next_prio=120")
     frames = ["\tffffffff82302a65 __schedule", "\tffffffff82303543 schedule",
               *(f"\t{0xe23b8b + i:x} {fn}" for i, fn in enumerate(user))]
     return "\n".join([head, *frames])
 
 
 def back(at: float, tid: int, prev: int = 99) -> str:
-    return (f"   {prev}  {at:.6f}: prev_comm=mariadbd prev_pid={prev} prev_prio=120 prev_state=S"
-            f" ==> next_comm=mariadbd next_pid={tid} next_prio=120\n\tffffffff82302a65 __schedule")
+    return (f"mariadbd {prev} [001] {at:.6f}: sched:sched_switch: prev_comm=mariadbd prev_pid={prev}"
+            f" prev_prio=120 prev_state=S ==> next_comm=mariadbd next_pid={tid} next_prio=120"
+            "\n\tffffffff82302a65 __schedule")
 
 
 TRACE = "\n\n".join([
@@ -29,7 +30,7 @@ TRACE = "\n\n".join([
 
 
 def test_each_wait_is_named_by_state_and_innermost_named_frame() -> None:
-    r = off_cpu(TRACE, 7)
+    r = off_cpu(TRACE.splitlines(), 7)
     assert r.span == pytest.approx(0.010)
     assert dict(r.by_frame) == pytest.approx({
         ("D", "handler::ha_rnd_pos"): 0.0003, ("S", "handler::ha_update_row"): 0.0017,
@@ -39,5 +40,5 @@ def test_each_wait_is_named_by_state_and_innermost_named_frame() -> None:
 
 
 def test_a_thread_not_in_the_trace_has_no_waits() -> None:
-    r = off_cpu(TRACE, 5)
+    r = off_cpu(TRACE.splitlines(), 5)
     assert not r.by_frame and not r.by_state and r.span == pytest.approx(0.010)
